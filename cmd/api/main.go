@@ -1,0 +1,219 @@
+// Command api serves the public REST API and the admin listener, and is the
+// admin CLI: migrate, merchant create/unsuspend, key create/revoke.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"paysvc/internal/admin"
+	"paysvc/internal/app"
+	"paysvc/internal/httpapi"
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/ratelimit"
+)
+
+const usage = `usage:
+  api [serve]
+  api migrate
+  api merchant create --name NAME [--email EMAIL] [--plan free|brand|pro]
+  api merchant unsuspend --merchant ID
+  api key create --merchant ID --mode test|live [--expires-in DURATION]
+  api key revoke --id KEY_ID`
+
+// exitLimit is the exit status when a key-creation limit refuses a key.
+const exitLimit = 3
+
+func main() {
+	ctx, stop := app.SignalContext()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches a command line and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := strings.Join(head(args, 2), " ")
+	var err error
+	switch {
+	case len(args) == 0 || args[0] == "serve":
+		err = serve(ctx)
+	case args[0] == "migrate":
+		err = migrate(ctx, stdout)
+	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "key create", cmd == "key revoke":
+		err = admin_(ctx, cmd, args[2:], stdout)
+	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
+		fmt.Fprintln(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "unknown command %q\n%s\n", strings.Join(args, " "), usage)
+		return 2
+	}
+	if err == nil {
+		return 0
+	}
+	var pe *payments.Error
+	if errors.As(err, &pe) && (pe.Code == payments.KeyCreationRateExceeded || pe.Code == payments.MaxKeysReached) {
+		_ = json.NewEncoder(stdout).Encode(map[string]any{"error": map[string]any{"code": pe.Code, "message": pe.Msg}})
+		fmt.Fprintln(stderr, pe.Msg)
+		return exitLimit
+	}
+	if errors.As(err, &pe) {
+		fmt.Fprintln(stderr, "error:", pe.Msg)
+	} else {
+		fmt.Fprintln(stderr, "error:", err)
+	}
+	return 1
+}
+
+func head(s []string, n int) []string {
+	if len(s) < n {
+		return s
+	}
+	return s[:n]
+}
+
+func serve(ctx context.Context) error {
+	env, err := app.Setup(ctx, "api", 64)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	blocklist, err := payments.LoadBlocklist(env.Config.ContentBlocklistFile)
+	if err != nil {
+		return err
+	}
+	api := httpapi.New(httpapi.Deps{
+		Service: payments.NewService(env.Store, blocklist, time.Now),
+		Store:   env.Store,
+		Limiter: ratelimit.New(env.Redis, env.Config.RateLimitPerHour),
+		Log:     env.Log,
+	})
+	srv := &http.Server{
+		Addr:              env.Config.APIAddr,
+		Handler:           api,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return admin.ServeHTTP(gctx, srv, env.Log, "api") })
+	g.Go(func() error { return admin.Serve(gctx, env.Config.AdminAddr, admin.Handler(*env.Admin()), env.Log) })
+	err = g.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	env.Log.Info("stopped")
+	return err
+}
+
+func migrate(ctx context.Context, stdout io.Writer) error {
+	env, err := app.Setup(ctx, "cli", 2)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	res, err := postgres.Migrate(ctx, env.DB.DB)
+	if err != nil {
+		return err
+	}
+	applied := []string{}
+	for _, r := range res {
+		applied = append(applied, r.Source.Path)
+	}
+	return json.NewEncoder(stdout).Encode(map[string]any{"applied": applied})
+}
+
+// admin_ runs the merchant and key commands.
+func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	name := fs.String("name", "", "merchant name")
+	email := fs.String("email", "", "merchant email")
+	plan := fs.String("plan", "free", "free, brand or pro")
+	merchant := fs.String("merchant", "", "merchant id (mch_…)")
+	mode := fs.String("mode", "", "test or live")
+	expiresIn := fs.Duration("expires-in", 0, "key lifetime, e.g. 720h; 0 = no expiry")
+	id := fs.String("id", "", "key id (key_…)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	env, err := app.Setup(ctx, "cli", 2)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	svc := payments.NewService(env.Store, nil, time.Now)
+	enc := json.NewEncoder(stdout)
+
+	switch cmd {
+	case "merchant create":
+		m, err := svc.CreateMerchant(ctx, *name, *email, payments.Plan(*plan))
+		if err != nil {
+			return err
+		}
+		return enc.Encode(m)
+	case "merchant unsuspend":
+		if *merchant == "" {
+			return errors.New("--merchant is required")
+		}
+		m, err := svc.UnsuspendMerchant(ctx, *merchant)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(m)
+	case "key create":
+		if *merchant == "" {
+			return errors.New("--merchant is required")
+		}
+		if *mode != "test" && *mode != "live" {
+			return errors.New("--mode must be test or live")
+		}
+		k, err := svc.CreateKey(ctx, *merchant, *mode == "live", *expiresIn)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(map[string]any{
+			"id": k.ID, "key": k.Secret, "merchant_id": k.MerchantID, "mode": *mode, "expires_at": unixOrNil(k.ExpiresAt),
+		})
+	case "key revoke":
+		if *id == "" {
+			return errors.New("--id is required")
+		}
+		k, err := svc.RevokeKey(ctx, *id)
+		if err != nil {
+			return err
+		}
+		mode := "test"
+		if k.Live {
+			mode = "live"
+		}
+		return enc.Encode(map[string]any{
+			"id": k.ID, "merchant_id": k.MerchantID, "mode": mode, "hint": k.Hint,
+			"expires_at": unixOrNil(k.ExpiresAt), "revoked_at": unixOrNil(k.RevokedAt), "created": k.Created.Unix(),
+		})
+	}
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func unixOrNil(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.Unix()
+}

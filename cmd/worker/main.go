@@ -1,0 +1,63 @@
+// Command worker runs the Asynq server: processor calls, refunds,
+// subscription changes, webhook delivery and maintenance tasks.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"golang.org/x/sync/errgroup"
+
+	"paysvc/internal/admin"
+	"paysvc/internal/app"
+	"paysvc/internal/tasks"
+	"paysvc/internal/worker"
+)
+
+func main() {
+	ctx, stop := app.SignalContext()
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	env, err := app.Setup(ctx, "worker", 32)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+
+	srv := asynq.NewServer(env.RedisOpt, asynq.Config{
+		Concurrency:     20,
+		Queues:          tasks.Queues,
+		ShutdownTimeout: 20 * time.Second,
+		Logger:          app.AsynqLogger{Log: env.Log},
+	})
+	mux := asynq.NewServeMux()
+	(&worker.Handlers{Store: env.Store, Log: env.Log, Now: time.Now}).Register(mux)
+	if err := srv.Start(mux); err != nil {
+		return fmt.Errorf("start asynq server: %w", err)
+	}
+	env.Log.Info("worker started", "queues", tasks.Queues)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return admin.Serve(gctx, env.Config.AdminAddr, admin.Handler(*env.Admin()), env.Log) })
+	err = g.Wait()
+	// Shutdown waits for running tasks (up to ShutdownTimeout); unfinished
+	// ones go back to the queue and run again elsewhere.
+	srv.Shutdown()
+	env.Log.Info("stopped")
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Run the whole service on this machine in the foreground: ensure PostgreSQL
+# and Redis (services.sh), apply migrations, then api, worker and scheduler
+# side by side, each output line prefixed with its process name. Ctrl-C (or
+# any process exiting) stops all three: SIGTERM, then SIGKILL after 15 s.
+#
+# Expects bin/ to be built (`make run` builds first). Honours every variable
+# of the service's configuration; ADMIN_ADDR is set per process:
+#   api 127.0.0.1:8081, worker 127.0.0.1:8082, scheduler 127.0.0.1:8083
+# (override with API_ADMIN_ADDR, WORKER_ADMIN_ADDR, SCHEDULER_ADMIN_ADDR).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$REPO"
+
+for b in api worker scheduler; do
+  [ -x "bin/$b" ] || { echo "run.sh: bin/$b is missing: run 'make build' (or 'make run')" >&2; exit 1; }
+done
+
+bash deploy/local/services.sh
+echo "run.sh: bin/api migrate"
+bin/api migrate
+
+API_ADDR="${API_ADDR:-:8080}"
+export API_ADDR
+admin_api="${API_ADMIN_ADDR:-127.0.0.1:8081}"
+admin_worker="${WORKER_ADMIN_ADDR:-127.0.0.1:8082}"
+admin_scheduler="${SCHEDULER_ADMIN_ADDR:-127.0.0.1:8083}"
+
+# Line-buffered prefixer: "api      | message". It ignores SIGINT so that on
+# Ctrl-C it outlives its process and shows the shutdown logs (a prefixer that
+# died first would also hand the process a SIGPIPE on its next log line).
+prefix() {
+  trap '' INT
+  exec awk -v p="$(printf '%-9s|' "$1")" '{ print p, $0; fflush() }'
+}
+
+pids=()
+names=()
+start() {
+  local name="$1" admin="$2"
+  shift 2
+  ADMIN_ADDR="$admin" "$@" > >(prefix "$name") 2>&1 &
+  pids+=("$!")
+  names+=("$name")
+  echo "run.sh: started $name (pid $!, admin http://$admin)"
+}
+
+stopping=0
+hint_pid=""
+stop_all() {
+  [ "$stopping" -eq 1 ] && return
+  stopping=1
+  trap '' INT TERM
+  kill "$hint_pid" 2>/dev/null || true
+  echo
+  echo "run.sh: stopping ${names[*]}"
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  local deadline=$((SECONDS + 15))
+  for pid in "${pids[@]}"; do
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "run.sh: pid $pid still running after 15 s: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  wait 2>/dev/null || true
+  echo "run.sh: stopped"
+}
+trap 'stop_all; exit 130' INT
+trap 'stop_all; exit 143' TERM
+
+start api "$admin_api" bin/api serve
+start worker "$admin_worker" bin/worker
+start scheduler "$admin_scheduler" bin/scheduler
+
+# Once the API answers (any HTTP status), print how to get going.
+(
+  port="${API_ADDR##*:}"
+  for _ in $(seq 1 120); do
+    code=$(curl -s -o /dev/null -m 1 -w '%{http_code}' "http://127.0.0.1:$port/" 2>/dev/null || true)
+    if [ -n "$code" ] && [ "$code" != 000 ]; then
+      cat <<EOF
+
+run.sh: API is up on http://127.0.0.1:$port (dashboard http://$admin_api/queues). Next, in another shell:
+  bin/api merchant create --name "Demo shop" --email demo@example.com     # prints {"id":"mch_…",…}
+  bin/api key create --merchant mch_… --mode test                          # prints {"key":"svc_test_…",…}
+  curl -s -H "Authorization: Bearer svc_test_…" http://127.0.0.1:$port/v1/products
+Ctrl-C stops api, worker and scheduler.
+
+EOF
+      exit 0
+    fi
+    sleep 0.5
+  done
+  echo "run.sh: the API did not answer on port $port within 60 s (see its log lines above)"
+) &
+hint_pid=$!
+
+# Wait until any of the three exits, then stop the rest.
+status=0
+wait -n "${pids[@]}" || status=$?
+if [ "$stopping" -eq 0 ]; then
+  for i in "${!pids[@]}"; do
+    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+      echo "run.sh: ${names[$i]} exited (status $status)"
+    fi
+  done
+  stop_all
+  exit "$status"
+fi

@@ -1,0 +1,91 @@
+// Package app is the wiring the three processes share: configuration,
+// logging, PostgreSQL and Redis connections, and readiness checks.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hibiken/asynq"
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+
+	"paysvc/internal/admin"
+	"paysvc/internal/config"
+	"paysvc/internal/postgres"
+)
+
+// Env is a process's connections and configuration.
+type Env struct {
+	Config   config.Config
+	Log      *slog.Logger
+	DB       *sqlx.DB
+	Store    *postgres.Store
+	Redis    *redis.Client
+	RedisOpt asynq.RedisConnOpt
+}
+
+// Logger returns the JSON logger at level.
+func Logger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// Setup reads the configuration and connects to PostgreSQL and Redis.
+// process names the binary in logs; maxConns sizes the PostgreSQL pool.
+func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("configuration:\n%w", err)
+	}
+	log := Logger(cfg.LogLevel).With("process", process)
+	slog.SetDefault(log)
+	if cfg.SecretsKeyIsDev && process != "cli" {
+		log.Warn("SECRETS_KEY is not set: using the built-in development key; webhook secrets are NOT protected at rest. Set SECRETS_KEY (openssl rand -base64 32) in production.")
+	}
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	ropt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	rdb := redis.NewClient(ropt)
+	aopt, err := asynq.ParseRedisURI(cfg.RedisURL)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	return &Env{Config: cfg, Log: log, DB: db, Store: postgres.New(db), Redis: rdb, RedisOpt: aopt}, nil
+}
+
+// Close releases the connections.
+func (e *Env) Close() {
+	e.Redis.Close()
+	e.DB.Close()
+}
+
+// Checks are the readiness checks: ready only when PostgreSQL and Redis answer.
+func (e *Env) Checks() map[string]admin.Check {
+	return map[string]admin.Check{
+		"postgres": func(ctx context.Context) error { return e.DB.PingContext(ctx) },
+		"redis":    func(ctx context.Context) error { return e.Redis.Ping(ctx).Err() },
+	}
+}
+
+// Admin returns this process's admin handler.
+func (e *Env) Admin() *admin.Options {
+	return &admin.Options{Redis: e.RedisOpt, User: e.Config.AdminUser, Password: e.Config.AdminPassword, Checks: e.Checks()}
+}
+
+// SignalContext is cancelled on SIGINT or SIGTERM: the start of a graceful stop.
+func SignalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}

@@ -1,0 +1,160 @@
+// Package config reads the service's configuration from the environment
+// (the variables of decisions.md §1) and validates it at start.
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config is the whole configuration of api, worker and scheduler.
+type Config struct {
+	DatabaseURL                 string
+	RedisURL                    string
+	APIAddr                     string
+	AdminAddr                   string
+	AdminUser                   string
+	AdminPassword               string
+	PublicBaseURL               string
+	Processor                   string
+	StripeSecretKey             string
+	StripeWebhookSecret         string
+	StripeAPIBase               string
+	SecretsKey                  []byte
+	SecretsKeyIsDev             bool
+	RateLimitPerHour            int
+	CheckoutSessionTTL          time.Duration
+	WebhookRetryBase            time.Duration
+	WebhookAllowPrivateNetworks bool
+	WebhookTLSInsecure          bool
+	ContentBlocklistFile        string
+	LogLevel                    string
+}
+
+// devSecretsKey is used when SECRETS_KEY is unset, with a loud warning:
+// development only, since anyone with the source can read secrets under it.
+var devSecretsKey = []byte("paysvc-development-key-32-bytes!")
+
+// FromEnv reads the configuration from the process environment.
+func FromEnv() (Config, error) { return Load(os.Getenv) }
+
+// Load reads the configuration through getenv and reports every bad value at once.
+func Load(getenv func(string) string) (Config, error) {
+	var errs []error
+	get := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+	}
+
+	c := Config{
+		DatabaseURL:          get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/payments?sslmode=disable"),
+		RedisURL:             get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		APIAddr:              get("API_ADDR", ":8080"),
+		AdminAddr:            get("ADMIN_ADDR", "127.0.0.1:8081"),
+		AdminUser:            getenv("ADMIN_USER"),
+		AdminPassword:        getenv("ADMIN_PASSWORD"),
+		PublicBaseURL:        strings.TrimRight(get("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
+		Processor:            get("PROCESSOR", "sandbox"),
+		StripeSecretKey:      getenv("STRIPE_SECRET_KEY"),
+		StripeWebhookSecret:  getenv("STRIPE_WEBHOOK_SECRET"),
+		StripeAPIBase:        getenv("STRIPE_API_BASE"),
+		ContentBlocklistFile: getenv("CONTENT_BLOCKLIST_FILE"),
+		LogLevel:             get("LOG_LEVEL", "info"),
+	}
+
+	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		bad("DATABASE_URL", "must be a postgres:// URL")
+	}
+	if _, err := redis.ParseURL(c.RedisURL); err != nil {
+		bad("REDIS_URL", "must be a redis:// URL (%v)", err)
+	}
+	for name, addr := range map[string]string{"API_ADDR": c.APIAddr, "ADMIN_ADDR": c.AdminAddr} {
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			bad(name, "must be host:port or :port, got %q", addr)
+		}
+	}
+	if (c.AdminUser == "") != (c.AdminPassword == "") {
+		bad("ADMIN_USER/ADMIN_PASSWORD", "set both or neither")
+	}
+	if u, err := url.Parse(c.PublicBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("PUBLIC_BASE_URL", "must be an absolute http(s) URL, got %q", c.PublicBaseURL)
+	}
+	switch c.Processor {
+	case "sandbox":
+	case "stripe":
+		if c.StripeSecretKey == "" {
+			bad("STRIPE_SECRET_KEY", "is required when PROCESSOR=stripe")
+		}
+	default:
+		bad("PROCESSOR", "must be sandbox or stripe, got %q", c.Processor)
+	}
+	if c.StripeAPIBase != "" {
+		if u, err := url.Parse(c.StripeAPIBase); err != nil || u.Host == "" {
+			bad("STRIPE_API_BASE", "must be an absolute URL")
+		}
+	}
+
+	if raw := getenv("SECRETS_KEY"); raw == "" {
+		c.SecretsKey, c.SecretsKeyIsDev = devSecretsKey, true
+	} else if k, err := base64.StdEncoding.DecodeString(raw); err != nil || len(k) != 32 {
+		bad("SECRETS_KEY", "must be 32 bytes, base64-encoded (generate one with `openssl rand -base64 32`)")
+	} else {
+		c.SecretsKey = k
+	}
+
+	c.RateLimitPerHour = positiveInt(get("RATE_LIMIT_PER_HOUR", "1000"), "RATE_LIMIT_PER_HOUR", bad)
+	c.CheckoutSessionTTL = positiveDuration(get("CHECKOUT_SESSION_TTL", "24h"), "CHECKOUT_SESSION_TTL", bad)
+	c.WebhookRetryBase = positiveDuration(get("WEBHOOK_RETRY_BASE", "30s"), "WEBHOOK_RETRY_BASE", bad)
+	c.WebhookAllowPrivateNetworks = boolean(get("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "false"), "WEBHOOK_ALLOW_PRIVATE_NETWORKS", bad)
+	c.WebhookTLSInsecure = boolean(get("WEBHOOK_TLS_INSECURE", "false"), "WEBHOOK_TLS_INSECURE", bad)
+
+	if c.ContentBlocklistFile != "" {
+		if _, err := os.Stat(c.ContentBlocklistFile); err != nil {
+			bad("CONTENT_BLOCKLIST_FILE", "cannot be read: %v", err)
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("LOG_LEVEL", "must be debug, info, warn or error")
+	}
+	return c, errors.Join(errs...)
+}
+
+func positiveInt(s, name string, bad func(string, string, ...any)) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		bad(name, "must be a positive integer, got %q", s)
+	}
+	return n
+}
+
+func positiveDuration(s, name string, bad func(string, string, ...any)) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		bad(name, "must be a positive duration such as 30s or 24h, got %q", s)
+	}
+	return d
+}
+
+func boolean(s, name string, bad func(string, string, ...any)) bool {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		bad(name, "must be true or false, got %q", s)
+	}
+	return b
+}

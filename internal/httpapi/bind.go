@@ -1,0 +1,113 @@
+package httpapi
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	json "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/gin-gonic/gin"
+
+	"paysvc/internal/payments"
+)
+
+// bindJSON decodes the body strictly into v: it must be one JSON object with
+// known, case-exact member names, the right types and no duplicates. Every
+// failure is a validation_error whose message names the field, or
+// payload_too_large.
+func bindJSON(c *gin.Context, v any) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
+// decodeJSON is bindJSON's decoder, separate so that it can be fuzzed.
+func decodeJSON(body []byte, v any) error {
+	trimmed := strings.TrimLeft(string(body), " \t\r\n")
+	if !strings.HasPrefix(trimmed, "{") {
+		return payments.Errorf(payments.ValidationError, "The request body must be a JSON object.")
+	}
+	err := json.Unmarshal(body, v, json.RejectUnknownMembers(true))
+	if err == nil {
+		return nil
+	}
+	var se *json.SemanticError
+	if errors.As(err, &se) {
+		field := fieldName(string(se.JSONPointer))
+		if errors.Is(se.Err, json.ErrUnknownName) {
+			return payments.Errorf(payments.ValidationError, "Unknown field: %s.", field)
+		}
+		if field == "" {
+			return payments.Errorf(payments.ValidationError, "The request body must be a JSON object.")
+		}
+		return payments.Invalid(field, "has the wrong type%s", wantType(se))
+	}
+	var syn *jsontext.SyntacticError
+	if errors.As(err, &syn) {
+		if errors.Is(syn.Err, jsontext.ErrDuplicateName) {
+			return payments.Errorf(payments.ValidationError, "Duplicate field: %s.", fieldName(string(syn.JSONPointer)))
+		}
+		where := ""
+		if f := fieldName(string(syn.JSONPointer)); f != "" {
+			where = " in field " + f
+		}
+		return payments.Errorf(payments.ValidationError, "Malformed JSON at byte %d%s.", syn.ByteOffset, where)
+	}
+	return payments.Errorf(payments.ValidationError, "Malformed JSON.")
+}
+
+// fieldName turns a JSON pointer such as /price/amount into price.amount.
+func fieldName(ptr string) string {
+	parts := strings.Split(strings.TrimPrefix(ptr, "/"), "/")
+	for i, p := range parts {
+		p = strings.NewReplacer("~1", "/", "~0", "~").Replace(p)
+		if _, err := strconv.Atoi(p); err == nil && i > 0 {
+			parts[i] = "[" + p + "]"
+			continue
+		}
+		parts[i] = p
+	}
+	return strings.ReplaceAll(strings.Join(parts, "."), ".[", "[")
+}
+
+func wantType(se *json.SemanticError) string {
+	if se.GoType == nil {
+		return ""
+	}
+	t := se.GoType.String()
+	switch {
+	case strings.HasSuffix(t, "int64") || strings.HasSuffix(t, "int"):
+		return ": expected an integer"
+	case strings.HasSuffix(t, "string"):
+		return ": expected a string"
+	case strings.HasSuffix(t, "bool"):
+		return ": expected a boolean"
+	case strings.Contains(t, "[]"):
+		return ": expected an array"
+	case strings.Contains(t, "map[") || strings.Contains(t, "payments."):
+		return ": expected an object"
+	}
+	return ""
+}
+
+// listParams reads limit (1..100, default 10) and starting_after.
+func listParams(c *gin.Context, def int) (payments.ListParams, error) {
+	lp := payments.ListParams{Limit: def}
+	if v, ok := c.GetQuery("limit"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > payments.MaxLimit {
+			return lp, payments.Invalid("limit", "must be an integer between 1 and %d", payments.MaxLimit)
+		}
+		lp.Limit = n
+	}
+	if v, ok := c.GetQuery("starting_after"); ok {
+		if v == "" {
+			return lp, payments.Invalid("starting_after", "must not be empty")
+		}
+		lp.StartingAfter = v
+	}
+	return lp, nil
+}

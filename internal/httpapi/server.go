@@ -1,0 +1,116 @@
+// Package httpapi is the public REST API: the Gin engine, the edge every
+// request crosses (request id, headers, body limit, auth, rate limit,
+// idempotency), and thin handlers that call payments.Service.
+package httpapi
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"paysvc/internal/apispec"
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/ratelimit"
+)
+
+// APIVersion is sent in X-API-Version on every response.
+const APIVersion = "2025-01-01"
+
+// maxBody is the request body limit, counted on the bytes actually read.
+const maxBody = 1 << 20
+
+// Deps are what the API needs.
+type Deps struct {
+	Service *payments.Service
+	Store   *postgres.Store // idempotency records
+	Limiter *ratelimit.Limiter
+	Log     *slog.Logger
+	Now     payments.Clock
+}
+
+// Server holds the handlers' dependencies.
+type Server struct {
+	svc     *payments.Service
+	store   *postgres.Store
+	limiter *ratelimit.Limiter
+	log     *slog.Logger
+	now     payments.Clock
+}
+
+// New returns the API's http.Handler.
+func New(d Deps) http.Handler {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now}
+
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	// Unknown paths, methods and trailing slashes all get the 404 envelope,
+	// never a redirect or a 405 without a body.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.HandleMethodNotAllowed = false
+	r.ContextWithFallback = true
+
+	r.Use(s.edge, s.recoverPanics, metrics, s.limitBody)
+	r.NoRoute(func(c *gin.Context) {
+		s.abortWith(c, payments.EndpointNotFound, "Unrecognized request URL ("+c.Request.Method+" "+c.Request.URL.Path+").")
+	})
+
+	r.GET("/v1/openapi.yaml", func(c *gin.Context) {
+		c.Data(http.StatusOK, "application/yaml", apispec.YAML)
+	})
+
+	v1 := r.Group("/v1", s.authenticate, s.rateLimit, s.idempotency)
+	v1.POST("/products", s.wrap(s.createProduct))
+	v1.GET("/products", s.wrap(s.listProducts))
+	v1.GET("/products/:id", s.wrap(s.getProduct))
+	v1.PUT("/products/:id", s.wrap(s.updateProduct))
+	v1.DELETE("/products/:id", s.wrap(s.deleteProduct))
+
+	v1.POST("/customers", s.wrap(s.createCustomer))
+	v1.GET("/customers", s.wrap(s.listCustomers))
+	v1.GET("/customers/:id", s.wrap(s.getCustomer))
+	v1.PUT("/customers/:id", s.wrap(s.updateCustomer))
+	v1.DELETE("/customers/:id", s.wrap(s.deleteCustomer))
+	return r
+}
+
+// handler is what the API's handlers are: they return a payload or an error
+// and never write the response themselves.
+type handler func(c *gin.Context) (any, error)
+
+// wrap writes a handler's result in the success or error envelope.
+func (s *Server) wrap(h handler) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		data, err := h(c)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		writeJSON(c, http.StatusOK, successEnvelope{Success: true, Data: data, RequestID: requestID(c)})
+	}
+}
+
+func writeJSON(c *gin.Context, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only our own response types reach here; a failure is a bug.
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(errorEnvelope{Error: errorBody{Code: payments.InternalError, Message: internalMessage}, RequestID: requestID(c)})
+	}
+	c.Data(status, "application/json; charset=utf-8", b)
+}
+
+// scope is the merchant and mode the authenticated key acts for.
+func scope(c *gin.Context) payments.Scope {
+	return c.MustGet(ctxScope).(payments.Scope)
+}

@@ -1,0 +1,184 @@
+package payments
+
+import (
+	"context"
+	"crypto/sha256"
+	"strings"
+	"time"
+)
+
+// Plan is a merchant's pricing plan; it sets the transaction fee.
+type Plan string
+
+// The plans of the spec.
+const (
+	PlanFree  Plan = "free"
+	PlanBrand Plan = "brand"
+	PlanPro   Plan = "pro"
+)
+
+// Merchant is an account that sells through the API.
+type Merchant struct {
+	ID            string     `json:"id"`
+	Name          string     `json:"name"`
+	Email         *string    `json:"email"`
+	Plan          Plan       `json:"plan"`
+	SuspendedAt   *time.Time `json:"-"`
+	UnsuspendedAt *time.Time `json:"-"`
+	Created       time.Time  `json:"-"`
+}
+
+// APIKey is a key's record; the secret itself is never stored, only its hash.
+type APIKey struct {
+	ID         string
+	MerchantID string
+	Live       bool
+	Hint       string // the first characters, to tell keys apart
+	ExpiresAt  *time.Time
+	RevokedAt  *time.Time
+	Created    time.Time
+}
+
+// KeyAuth is what authentication reads for a key hash.
+type KeyAuth struct {
+	Key                 APIKey
+	MerchantSuspendedAt *time.Time
+}
+
+// KeyCounts are what the key-creation limits are checked against, counted
+// inside the transaction that inserts the key.
+type KeyCounts struct {
+	Last10Min int
+	LastHour  int
+	Active    int
+}
+
+// Key-creation limits of the spec.
+const (
+	maxKeysPer10Min = 3
+	maxKeysPerHour  = 10
+	maxActiveKeys   = 25
+)
+
+// CheckKeyLimits returns key_creation_rate_exceeded or max_keys_reached when
+// one more key would break a limit.
+func CheckKeyLimits(c KeyCounts) error {
+	switch {
+	case c.Active >= maxActiveKeys:
+		return Errorf(MaxKeysReached, "A merchant can have at most %d active API keys; revoke one first.", maxActiveKeys)
+	case c.Last10Min >= maxKeysPer10Min:
+		return Errorf(KeyCreationRateExceeded, "At most %d API keys can be created per 10 minutes.", maxKeysPer10Min)
+	case c.LastHour >= maxKeysPerHour:
+		return Errorf(KeyCreationRateExceeded, "At most %d API keys can be created per hour.", maxKeysPerHour)
+	}
+	return nil
+}
+
+const (
+	testKeyPrefix = "svc_test_"
+	liveKeyPrefix = "svc_live_"
+	keySecretLen  = 32
+)
+
+// HashKey returns the stored form of an API key.
+func HashKey(raw string) []byte {
+	h := sha256.Sum256([]byte(raw))
+	return h[:]
+}
+
+// NewKey is a freshly created key: the only time Secret exists outside the caller.
+type NewKey struct {
+	APIKey
+	Secret string
+}
+
+// CreateKey makes a key for the merchant in the given mode. It returns
+// key_creation_rate_exceeded or max_keys_reached when a limit forbids it.
+func (s *Service) CreateKey(ctx context.Context, merchantID string, live bool, expiresIn time.Duration) (NewKey, error) {
+	if expiresIn < 0 {
+		return NewKey{}, Invalid("expires_in", "must be positive")
+	}
+	prefix := testKeyPrefix
+	if live {
+		prefix = liveKeyPrefix
+	}
+	secret := prefix + randomBase62(keySecretLen)
+	now := s.now()
+	k := APIKey{
+		ID:         NewID("key_"),
+		MerchantID: merchantID,
+		Live:       live,
+		Hint:       secret[:len(prefix)+4],
+		Created:    now,
+	}
+	if expiresIn > 0 {
+		t := now.Add(expiresIn)
+		k.ExpiresAt = &t
+	}
+	if err := s.store.CreateKey(ctx, k, HashKey(secret), CheckKeyLimits); err != nil {
+		return NewKey{}, err
+	}
+	return NewKey{APIKey: k, Secret: secret}, nil
+}
+
+// RevokeKey revokes a key; requests with it then fail with key_revoked.
+func (s *Service) RevokeKey(ctx context.Context, id string) (APIKey, error) {
+	return s.store.RevokeKey(ctx, id, s.now())
+}
+
+// Authenticate turns a raw API key into the scope it acts for. It returns
+// unauthorized, key_revoked (also for a suspended merchant) or key_expired.
+func (s *Service) Authenticate(ctx context.Context, raw string) (Scope, APIKey, error) {
+	if !strings.HasPrefix(raw, testKeyPrefix) && !strings.HasPrefix(raw, liveKeyPrefix) {
+		return Scope{}, APIKey{}, errUnauthorized
+	}
+	a, err := s.store.KeyByHash(ctx, HashKey(raw))
+	if err != nil {
+		return Scope{}, APIKey{}, err
+	}
+	switch {
+	case a.Key.RevokedAt != nil:
+		return Scope{}, APIKey{}, Errorf(KeyRevoked, "This API key has been revoked.")
+	case a.MerchantSuspendedAt != nil:
+		return Scope{}, APIKey{}, Errorf(KeyRevoked, "This merchant's API keys are suspended; contact support.")
+	case a.Key.ExpiresAt != nil && !s.now().Before(*a.Key.ExpiresAt):
+		return Scope{}, APIKey{}, Errorf(KeyExpired, "This API key has expired.")
+	}
+	return Scope{MerchantID: a.Key.MerchantID, Live: a.Key.Live}, a.Key, nil
+}
+
+// errUnauthorized is the one answer for a missing, malformed or unknown key,
+// so a caller learns nothing about which keys exist.
+var errUnauthorized = Errorf(Unauthorized, "Invalid API key provided.")
+
+// ErrUnauthorized returns the unauthorized error for a missing or unknown key.
+func ErrUnauthorized() error { return errUnauthorized }
+
+// CreateMerchant creates a merchant on a plan (free when empty).
+func (s *Service) CreateMerchant(ctx context.Context, name, email string, plan Plan) (Merchant, error) {
+	if strings.TrimSpace(name) == "" {
+		return Merchant{}, Invalid("name", "is required")
+	}
+	if plan == "" {
+		plan = PlanFree
+	}
+	if plan != PlanFree && plan != PlanBrand && plan != PlanPro {
+		return Merchant{}, Invalid("plan", "must be one of free, brand, pro")
+	}
+	m := Merchant{ID: NewID("mch_"), Name: name, Plan: plan, Created: s.now()}
+	if email != "" {
+		if err := checkEmail("email", email); err != nil {
+			return Merchant{}, err
+		}
+		m.Email = &email
+	}
+	if err := s.store.CreateMerchant(ctx, m); err != nil {
+		return Merchant{}, err
+	}
+	return m, nil
+}
+
+// UnsuspendMerchant lifts a suspension; violations before now stop counting.
+func (s *Service) UnsuspendMerchant(ctx context.Context, id string) (Merchant, error) {
+	return s.store.UnsuspendMerchant(ctx, id, s.now())
+}

@@ -1,0 +1,99 @@
+package payments
+
+import (
+	"net/mail"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits of the spec on inputs.
+const (
+	MaxAmount              = 99999999
+	maxMetadataKeys        = 50
+	maxMetadataKeyLen      = 40 // Stripe's limits, which merchants already know
+	maxMetadataValueLen    = 500
+	maxProductImages       = 8
+	maxStatementDescriptor = 22
+	maxTextLen             = 5000
+)
+
+func checkMetadata(md map[string]string) error {
+	if len(md) > maxMetadataKeys {
+		return Invalid("metadata", "can have at most %d keys", maxMetadataKeys)
+	}
+	for k, v := range md {
+		if k == "" || utf8.RuneCountInString(k) > maxMetadataKeyLen {
+			return Invalid("metadata", "keys must be 1 to %d characters", maxMetadataKeyLen)
+		}
+		if utf8.RuneCountInString(v) > maxMetadataValueLen {
+			return Invalid("metadata."+k, "must be at most %d characters", maxMetadataValueLen)
+		}
+	}
+	return nil
+}
+
+// checkHTTPS accepts an absolute https:// URL with a host.
+func checkHTTPS(field, raw string) error {
+	if !strings.HasPrefix(raw, "https://") {
+		return Invalid(field, "must be a URL starting with https://")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Hostname() == "" {
+		return Invalid(field, "must be a valid URL")
+	}
+	return nil
+}
+
+func checkEmail(field, s string) error {
+	a, err := mail.ParseAddress(s)
+	if err != nil || a.Address != s || !strings.Contains(s[strings.LastIndexByte(s, '@')+1:], ".") {
+		return Invalid(field, "must be a valid email address")
+	}
+	return nil
+}
+
+func checkText(field string, s *string, required bool) error {
+	if s == nil {
+		if required {
+			return Invalid(field, "is required")
+		}
+		return nil
+	}
+	if required && *s == "" {
+		return Invalid(field, "must be at least 1 character")
+	}
+	if utf8.RuneCountInString(*s) > maxTextLen {
+		return Invalid(field, "must be at most %d characters", maxTextLen)
+	}
+	if !utf8.ValidString(*s) || strings.ContainsRune(*s, 0) {
+		return Invalid(field, "must be valid UTF-8 text")
+	}
+	return nil
+}
+
+// checkCurrency accepts a three-letter ISO 4217 code in any case and returns it
+// lower-cased, as Stripe stores it.
+func checkCurrency(field string, c *string) (string, error) {
+	if c == nil {
+		return "", Invalid(field, "is required")
+	}
+	lc := strings.ToLower(*c)
+	if len(lc) != 3 || strings.Trim(lc, "abcdefghijklmnopqrstuvwxyz") != "" {
+		return "", Invalid(field, "must be a three-letter ISO 4217 currency code")
+	}
+	if _, ok := currencies[lc]; !ok {
+		return "", Invalid(field, "%q is not a supported ISO 4217 currency", *c)
+	}
+	return lc, nil
+}
+
+func checkAmount(field string, a *int64) error {
+	if a == nil {
+		return Invalid(field, "is required")
+	}
+	if *a < 1 || *a > MaxAmount {
+		return Invalid(field, "must be between 1 and %d", MaxAmount)
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+// Package postgres implements payments.Store on PostgreSQL with sqlx and
+// explicit SQL. Every query on merchant data filters on merchant_id and
+// livemode first.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq" // the driver
+
+	"paysvc/internal/payments"
+)
+
+// Store is the PostgreSQL store.
+type Store struct {
+	db *sqlx.DB
+}
+
+// New returns a Store on db.
+func New(db *sqlx.DB) *Store { return &Store{db: db} }
+
+// Open connects to url and checks the connection.
+func Open(ctx context.Context, url string, maxConns int) (*sqlx.DB, error) {
+	db, err := sqlx.Open("postgres", url)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	return db, nil
+}
+
+// DB returns the underlying handle, for health checks.
+func (s *Store) DB() *sqlx.DB { return s.db }
+
+// inTx runs fn in a transaction, committing when it returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// jsonb is a JSON column value.
+func jsonb(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("marshal jsonb: %v", err)) // only maps and slices of strings reach here
+	}
+	return b
+}
+
+func timePtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	return &t.Time
+}
+
+func strPtr(s sql.NullString) *string {
+	if !s.Valid {
+		return nil
+	}
+	return &s.String
+}
+
+func boolPtr(b sql.NullBool) *bool {
+	if !b.Valid {
+		return nil
+	}
+	return &b.Bool
+}
+
+// cursor is the position of a starting_after id: lists continue strictly
+// after it in (created_at DESC, id DESC) order.
+type cursor struct {
+	CreatedAt time.Time `db:"created_at"`
+	ID        string    `db:"id"`
+}
+
+// loadCursor finds the starting_after row in the caller's scope; an unknown
+// id is a validation_error, not an empty page.
+func (s *Store) loadCursor(ctx context.Context, q string, sc payments.Scope, id string) (cursor, error) {
+	var c cursor
+	err := s.db.GetContext(ctx, &c, q, sc.MerchantID, sc.Live, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, payments.Invalid("starting_after", "is not a known id: '%s'", id)
+	}
+	if err != nil {
+		return c, fmt.Errorf("select cursor: %w", err)
+	}
+	return c, nil
+}
+
+// page trims a limit+1 result to limit and reports whether more exist.
+func page[T any](items []T, limit int) payments.Page[T] {
+	if len(items) > limit {
+		return payments.Page[T]{Data: items[:limit], HasMore: true}
+	}
+	if items == nil {
+		items = []T{}
+	}
+	return payments.Page[T]{Data: items}
+}

@@ -1,0 +1,35 @@
+// Package tasks declares the Asynq task types, their payloads and
+// constructors. Payloads hold ids; handlers reload the rows they name.
+package tasks
+
+import (
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// Queues and their weights: money paths before housekeeping.
+const (
+	QueueCritical = "critical"
+	QueueDefault  = "default"
+	QueueLow      = "low"
+)
+
+// Queues maps each queue to its priority weight for the worker.
+var Queues = map[string]int{QueueCritical: 6, QueueDefault: 3, QueueLow: 1}
+
+// Maintenance task types, enqueued by the scheduler.
+const (
+	TypePruneIdempotency = "maintenance:prune_idempotency"
+	TypePruneViolations  = "maintenance:prune_violations"
+)
+
+// NewPruneIdempotency deletes expired Idempotency-Key records.
+func NewPruneIdempotency() *asynq.Task {
+	return asynq.NewTask(TypePruneIdempotency, nil, asynq.Queue(QueueLow), asynq.MaxRetry(3), asynq.Timeout(5*time.Minute))
+}
+
+// NewPruneViolations deletes content violations past the suspension window.
+func NewPruneViolations() *asynq.Task {
+	return asynq.NewTask(TypePruneViolations, nil, asynq.Queue(QueueLow), asynq.MaxRetry(3), asynq.Timeout(5*time.Minute))
+}

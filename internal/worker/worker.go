@@ -1,0 +1,57 @@
+// Package worker holds the Asynq handlers run by cmd/worker.
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/tasks"
+)
+
+// Handlers are the task handlers and what they need.
+type Handlers struct {
+	Store *postgres.Store
+	Log   *slog.Logger
+	Now   payments.Clock
+}
+
+// Register adds every handler to mux.
+func (h *Handlers) Register(mux *asynq.ServeMux) {
+	mux.HandleFunc(tasks.TypePruneIdempotency, h.pruneIdempotency)
+	mux.HandleFunc(tasks.TypePruneViolations, h.pruneViolations)
+}
+
+func (h *Handlers) pruneIdempotency(ctx context.Context, _ *asynq.Task) error {
+	n, err := h.Store.PruneIdempotency(ctx, h.Now())
+	if err != nil {
+		return err
+	}
+	h.Log.InfoContext(ctx, "pruned idempotency keys", "deleted", n)
+	return nil
+}
+
+func (h *Handlers) pruneViolations(ctx context.Context, _ *asynq.Task) error {
+	n, err := h.Store.PruneViolations(ctx, h.Now().Add(-payments.ViolationRetention))
+	if err != nil {
+		return err
+	}
+	h.Log.InfoContext(ctx, "pruned content violations", "deleted", n)
+	return nil
+}
+
+// Schedule is what cmd/scheduler registers: cron spec → task.
+func Schedule() map[string]func() *asynq.Task {
+	return map[string]func() *asynq.Task{
+		"@every 10m": tasks.NewPruneIdempotency,
+		"@every 1h":  tasks.NewPruneViolations,
+	}
+}
+
+// ScheduleUnique keeps two schedulers (say, during a deploy) from queueing
+// the same periodic task twice.
+const ScheduleUnique = 5 * time.Minute
