@@ -1,0 +1,422 @@
+#!/usr/bin/env bash
+# make bench: load runs of the API over loopback beside raw PostgreSQL figures
+# measured in the same run, written into README.md (between the bench markers)
+# and deploy/bench/results.md.
+#
+# Each API scenario runs twice with bin/loadgen:
+#   closed model: BENCH_CONNS connections as fast as they go -> throughput;
+#   open model:   BENCH_RATE requests/s on a fixed schedule -> p50/p99, latency
+#                 counted from each request's scheduled time (no coordinated omission).
+# Raw PostgreSQL: pgbench, BENCH_CONNS clients, prepared statements, same duration.
+#
+# Settings (environment):
+#   BENCH_DURATION   measured time per run (15s; 90, 15s, 2m)
+#   BENCH_WARMUP     unmeasured warmup before each API run (3s)
+#   BENCH_CONNS      connections / pgbench clients (32)
+#   BENCH_RATE       open-model arrival rate, req/s (1000)
+#   BENCH_OPEN_CONNS open-model pool of in-flight requests (128)
+#   BENCH_ROWS       products of the big merchant (1000000)
+#   BENCH_SMALL_ROWS products of the small merchant (1000)
+#   BENCH_PG         PostgreSQL server URL without database (postgres://postgres@127.0.0.1:5432)
+#   BENCH_DB         database, dropped and recreated (payments_bench)
+#   BENCH_REDIS_URL  Redis database for the run, flushed first (redis://127.0.0.1:6379/15)
+#   BENCH_API_PORT / BENCH_ADMIN_PORT  listeners of the API under test (18080 / 18081)
+#
+# Adding a scenario is one line in main(), see `scenario` below.
+# shellcheck disable=SC2016 # backquotes in printf formats are Markdown
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+
+BENCH_DURATION=${BENCH_DURATION:-15s}
+BENCH_WARMUP=${BENCH_WARMUP:-3s}
+BENCH_CONNS=${BENCH_CONNS:-32}
+BENCH_RATE=${BENCH_RATE:-1000}
+BENCH_OPEN_CONNS=${BENCH_OPEN_CONNS:-128}
+BENCH_ROWS=${BENCH_ROWS:-1000000}
+BENCH_SMALL_ROWS=${BENCH_SMALL_ROWS:-1000}
+BENCH_BATCH=${BENCH_BATCH:-100000}
+BENCH_PG=${BENCH_PG:-postgres://postgres@127.0.0.1:5432}
+BENCH_DB=${BENCH_DB:-payments_bench}
+BENCH_REDIS_URL=${BENCH_REDIS_URL:-redis://127.0.0.1:6379/15}
+BENCH_API_PORT=${BENCH_API_PORT:-18080}
+BENCH_ADMIN_PORT=${BENCH_ADMIN_PORT:-18081}
+# Scenarios whose error rate is above this (percent) make the run invalid.
+BENCH_MAX_ERROR_PCT=${BENCH_MAX_ERROR_PCT:-1}
+
+export DATABASE_URL="$BENCH_PG/$BENCH_DB?sslmode=disable"
+export REDIS_URL="$BENCH_REDIS_URL"
+API="http://127.0.0.1:$BENCH_API_PORT"
+ADMIN="http://127.0.0.1:$BENCH_ADMIN_PORT"
+
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/paysvc-bench.XXXXXX")
+RESULTS="$OUT/results.jsonl"   # one JSON line per measurement
+: >"$RESULTS"
+API_PID=""
+
+log() { printf '\n== %s\n' "$*" >&2; }
+die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
+
+cleanup() {
+	if [[ -n "$API_PID" ]] && kill -0 "$API_PID" 2>/dev/null; then
+		kill -TERM "$API_PID" 2>/dev/null || true
+		for _ in $(seq 50); do kill -0 "$API_PID" 2>/dev/null || break; sleep 0.2; done
+		kill -KILL "$API_PID" 2>/dev/null || true
+		wait "$API_PID" 2>/dev/null || true
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Duration in whole seconds (pgbench -T) from 90, 15s or 2m.
+seconds() {
+	case "$1" in
+	*[!0-9smh]* | "") die "bad duration '$1' (want 90, 15s, 2m)" ;;
+	*h) echo $((${1%h} * 3600)) ;;
+	*m) echo $((${1%m} * 60)) ;;
+	*s) echo "${1%s}" ;;
+	*) echo "$1" ;;
+	esac
+}
+SECS=$(seconds "$BENCH_DURATION")
+WARM=$(seconds "$BENCH_WARMUP")
+((SECS > 0)) || die "BENCH_DURATION must be at least 1s"
+
+# psql on the bench database: quiet, unaligned, stop at the first error.
+pg() { psql "$DATABASE_URL" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
+
+need_jq() {
+	command -v jq >/dev/null && return
+	log "installing jq"
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq >/dev/null ||
+			{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q jq >/dev/null; }
+	fi
+	command -v jq >/dev/null || die "jq is required (apt-get install jq)"
+}
+
+# ---------------------------------------------------------------------------
+# Setup
+
+prepare() {
+	need_jq
+	command -v curl >/dev/null || die "curl is required"
+	if ! command -v psql >/dev/null || ! command -v pgbench >/dev/null; then
+		die "psql and pgbench are required (apt-get install postgresql-client)"
+	fi
+
+	log "services"
+	if [[ -f deploy/local/services.sh ]]; then
+		bash deploy/local/services.sh
+	else
+		echo "deploy/local/services.sh missing: expecting PostgreSQL and Redis to answer already" >&2
+	fi
+	log "build"
+	make build >&2
+	for b in api worker scheduler; do [[ -x bin/$b ]] || die "make build did not produce bin/$b"; done
+	go build -o bin/loadgen ./internal/tools/loadgen
+
+	log "database $BENCH_DB"
+	psql "$BENCH_PG/postgres?sslmode=disable" -X -q -v ON_ERROR_STOP=1 \
+		-c "DROP DATABASE IF EXISTS $BENCH_DB WITH (FORCE)" -c "CREATE DATABASE $BENCH_DB"
+	if command -v redis-cli >/dev/null; then
+		redis-cli -u "$REDIS_URL" FLUSHDB >/dev/null
+	fi
+	bin/api migrate >/dev/null
+
+	MERCHANT=$(bin/api merchant create --name Bench | jq -er .id)
+	KEY=$(bin/api key create --merchant "$MERCHANT" --mode test | jq -er .key)
+	MERCHANT_1K=$(bin/api merchant create --name 'Bench 1k' | jq -er .id)
+	KEY_1K=$(bin/api key create --merchant "$MERCHANT_1K" --mode test | jq -er .key)
+
+	log "seeding $BENCH_ROWS products for $MERCHANT, $BENCH_SMALL_ROWS for $MERCHANT_1K"
+	seed "$MERCHANT" "$BENCH_ROWS"
+	seed "$MERCHANT_1K" "$BENCH_SMALL_ROWS"
+	pg -c "VACUUM ANALYZE products" -c "VACUUM ANALYZE prices"
+
+	# Scratch tables for pgbench: the ids the API's GET runs also use, and an
+	# insert target shaped like products (same columns, checks and indexes).
+	pg -v mid="$MERCHANT" <<-'SQL'
+		CREATE TABLE bench_ids (n int PRIMARY KEY, id text NOT NULL);
+		INSERT INTO bench_ids
+		SELECT row_number() OVER (), id FROM (
+		    SELECT id FROM products WHERE merchant_id = :'mid' AND livemode = false
+		    ORDER BY random() LIMIT 10000) s;
+		CREATE TABLE bench_products (LIKE products INCLUDING ALL);
+		ALTER TABLE bench_products ADD FOREIGN KEY (merchant_id) REFERENCES merchants (id);
+		ANALYZE bench_ids;
+	SQL
+	IDS="$OUT/ids.txt"
+	pg -c "SELECT id FROM bench_ids ORDER BY n" >"$IDS"
+	[[ -s "$IDS" ]] || die "no product ids sampled"
+}
+
+# seed MERCHANT COUNT: COUNT test-mode products, each with its default price,
+# created over the past year; one statement per batch of BENCH_BATCH rows.
+# Foreign-key triggers are off while seeding (the rows are consistent by construction).
+seed() {
+	local mid=$1 count=$2 lo hi
+	for ((lo = 1; lo <= count; lo += BENCH_BATCH)); do
+		hi=$((lo + BENCH_BATCH - 1 < count ? lo + BENCH_BATCH - 1 : count))
+		pg -v mid="$mid" -v lo="$lo" -v hi="$hi" <<-'SQL'
+			SET session_replication_role = replica;
+			WITH s AS MATERIALIZED (
+			    SELECT g AS i,
+			           'prod_'  || substr(md5(random()::text || g::text), 1, 24) AS pid,
+			           'price_' || substr(md5(random()::text || g::text || 'price'), 1, 24) AS prid,
+			           now() - random() * interval '365 days' AS ts
+			    FROM generate_series(:lo::int, :hi::int) AS g
+			), ins AS (
+			    INSERT INTO products (id, merchant_id, livemode, name, default_price_id, created_at, updated_at)
+			    SELECT pid, :'mid', false, 'Seed product ' || i, prid, ts, ts FROM s
+			)
+			INSERT INTO prices (id, merchant_id, livemode, product_id, amount, currency, created_at)
+			SELECT prid, :'mid', false, pid, 100 + i % 99900, 'usd', ts FROM s;
+		SQL
+		printf '  %s: %d/%d\n' "$mid" "$hi" "$count" >&2
+	done
+}
+
+start_api() {
+	log "starting bin/api serve on $API"
+	RATE_LIMIT_PER_HOUR=1000000000 API_ADDR="127.0.0.1:$BENCH_API_PORT" \
+		ADMIN_ADDR="127.0.0.1:$BENCH_ADMIN_PORT" GIN_MODE=release \
+		bin/api serve >"$OUT/api.log" 2>&1 &
+	API_PID=$!
+	for _ in $(seq 300); do
+		if [[ $(curl -s -o /dev/null -w '%{http_code}' "$ADMIN/readyz" || true) == 200 ]]; then
+			return
+		fi
+		kill -0 "$API_PID" 2>/dev/null || { tail -n 30 "$OUT/api.log" >&2; die "bin/api serve exited"; }
+		sleep 0.2
+	done
+	tail -n 30 "$OUT/api.log" >&2
+	die "$ADMIN/readyz not 200 after 60s"
+}
+
+# smoke METHOD PATH BODY: one request that must succeed before any load.
+smoke() {
+	local code args=(-s -o "$OUT/smoke.json" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $KEY")
+	[[ -z ${3:-} ]] || args+=(-H 'Content-Type: application/json' --data "$3")
+	code=$(curl "${args[@]}" "$API$2" || true)
+	[[ $code == 2?? ]] || { cat "$OUT/smoke.json" >&2; echo >&2; die "$1 $2 answered $code"; }
+}
+
+# Flush dirty pages so no checkpoint lands inside a measurement.
+quiesce() { pg -c CHECKPOINT; sleep 1; }
+
+# ---------------------------------------------------------------------------
+# Measurements
+
+# raw NAME REF SCRIPT: pgbench with SCRIPT (SQL text) on BENCH_CONNS clients.
+# REF names the figure API scenarios compare with (insert, select, page).
+raw() {
+	local name=$1 ref=$2 script=$3 file="$OUT/pgbench-$2.sql" jobs
+	printf '%s\n' "$script" >"$file"
+	jobs=$(nproc)
+	((jobs > BENCH_CONNS)) && jobs=$BENCH_CONNS
+	log "raw: $name"
+	quiesce
+	pgbench -n -M prepared -c "$BENCH_CONNS" -j "$jobs" -T "$SECS" -D mid="$MERCHANT" \
+		-f "$file" "$DATABASE_URL" >"$OUT/pgbench-$ref.log" 2>&1 ||
+		{ cat "$OUT/pgbench-$ref.log" >&2; die "pgbench $ref failed"; }
+	local tps lat failed
+	tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$OUT/pgbench-$ref.log" | tail -n 1)
+	lat=$(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' "$OUT/pgbench-$ref.log")
+	failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$OUT/pgbench-$ref.log")
+	[[ -n $tps ]] || { cat "$OUT/pgbench-$ref.log" >&2; die "no tps in pgbench output"; }
+	jq -nc --arg s "$name" --arg ref "$ref" --argjson tps "$tps" --argjson lat "${lat:-null}" \
+		--argjson failed "${failed:-0}" --argjson c "$BENCH_CONNS" \
+		'{scenario:$s, kind:"raw", ref:$ref, model:"pgbench", conns:$c, rps:$tps, mean_ms:$lat, errors:$failed, count:null}' \
+		| tee -a "$RESULTS" >&2
+}
+
+# scenario NAME METHOD PATH BODY [RAW_REF] [extra loadgen flags...]
+# PATH may hold {id} (a seeded product id) and BODY {n} (a unique counter).
+# The key is $SCENARIO_KEY when set (SCENARIO_KEY=... scenario ...), else $KEY.
+# RAW_REF (insert, select, page) names the pgbench figure to compare with.
+scenario() {
+	local name=$1 method=$2 path=$3 body=$4 ref=${5:-}
+	shift $(($# < 5 ? $# : 5))
+	local key=${SCENARIO_KEY:-$KEY}
+	local args=(-name "$name" -method "$method" -url "$API$path" -H "Authorization: Bearer $key"
+		-warmup "${WARM}s" -duration "${SECS}s" -json "$@")
+	[[ -n $body ]] && args+=(-body "$body")
+	[[ $path == *"{id}"* ]] && args+=(-ids "$IDS")
+
+	log "api: $name ($BENCH_CONNS connections, closed)"
+	quiesce
+	bin/loadgen "${args[@]}" -conns "$BENCH_CONNS" |
+		jq -c --arg ref "$ref" '. + {scenario:.name, kind:"closed", ref:$ref}' | tee -a "$RESULTS" >&2
+	log "api: $name ($BENCH_RATE req/s, open)"
+	quiesce
+	bin/loadgen "${args[@]}" -conns "$BENCH_OPEN_CONNS" -rate "$BENCH_RATE" |
+		jq -c --arg ref "$ref" '. + {scenario:.name, kind:"open", ref:$ref}' | tee -a "$RESULTS" >&2
+}
+
+# ---------------------------------------------------------------------------
+# Report
+
+machine() {
+	local cpu
+	cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
+	printf '%s cores, %s; %s; %s' "$(nproc)" "${cpu:-unknown CPU}" \
+		"$(psql "$DATABASE_URL" -X -A -t -c 'SHOW server_version' 2>/dev/null | sed 's/^/PostgreSQL /')" \
+		"$(go env GOVERSION)"
+}
+
+# The summary table: one row per scenario (closed throughput, open latency).
+summary_table() {
+	jq -rs --arg rate "$BENCH_RATE" --arg conns "$BENCH_CONNS" '
+	  def r1: if . == null then "—" else (. * 10 | round / 10 | tostring) end;
+	  def r2: if . == null then "—" else (. * 100 | round / 100 | tostring) end;
+	  def pct: (. * 100 | round | tostring) + "%";
+	  (map(select(.kind == "raw")) | map({key: .ref, value: .rps}) | from_entries) as $raw
+	  | (reduce .[] as $x ([]; if any(.[]; . == $x.scenario) then . else . + [$x.scenario] end)) as $names
+	  | "| scenario | req/s (\($conns) conns) | p50 ms @ \($rate)/s | p99 ms @ \($rate)/s | vs raw PostgreSQL | errors |",
+	    "|---|---:|---:|---:|---:|---:|",
+	    ( $names[] as $n
+	      | [ .[] | select(.scenario == $n) ] as $rows
+	      | ($rows | map(select(.kind == "closed" or .kind == "raw")) | first) as $c
+	      | ($rows | map(select(.kind == "open")) | first) as $o
+	      | if $c.kind == "raw" then
+	          "| \($n) | \($c.rps | r1) TPS | — | — | — | \($c.errors) |"
+	        else
+	          "| \($n) | \($c.rps | r1) | \($o.p50_ms | r2) | \($o.p99_ms | r2) | "
+	          + (if ($c.ref != "" and $raw[$c.ref] != null and $raw[$c.ref] > 0)
+	             then "\($c.rps / $raw[$c.ref] | pct) of \($c.ref)" else "—" end)
+	          + " | \(($c.errors + ($o.errors // 0)))"
+	          + (if (($o.missed // 0) + ($o.late // 0)) > 0
+	             then " (open: \($o.late) late, \($o.missed) missed)" else "" end)
+	          + " |"
+	        end )
+	' "$RESULTS"
+}
+
+# Every figure, for results.md.
+detail_table() {
+	jq -rs '
+	  def r2: if . == null then "—" else (. * 100 | round / 100 | tostring) end;
+	  "| scenario | model | requests | errors | late | missed | req/s | p50 ms | p90 ms | p99 ms | max ms | mean ms | statuses |",
+	  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+	  ( .[] | "| \(.scenario) | "
+	    + (if .kind == "raw" then "pgbench \(.conns) clients"
+	       elif .kind == "open" then "open \(.rate)/s, \(.conns) in flight"
+	       else "closed \(.conns) conns" end)
+	    + " | \(.count // "—") | \(.errors) | \(.late // "—") | \(.missed // "—") | \(.rps | r2)"
+	    + " | \(.p50_ms | r2) | \(.p90_ms | r2) | \(.p99_ms | r2) | \(.max_ms | r2) | \(.mean_ms | r2)"
+	    + " | \(.statuses // {} | to_entries | map("\(.key)×\(.value)") | join(" "))"
+	    + (if (.first_error // "") != "" then " first error: \(.first_error | gsub("\\|"; "/"))" else "" end)
+	    + " |" )
+	' "$RESULTS"
+}
+
+# List page at BENCH_ROWS vs BENCH_SMALL_ROWS.
+list_comparison() {
+	jq -rs --arg big "$1" --arg small "$2" '
+	  def r2: . * 100 | round / 100 | tostring;
+	  (map(select(.scenario == $big)) | map({key: .kind, value: .}) | from_entries) as $b
+	  | (map(select(.scenario == $small)) | map({key: .kind, value: .}) | from_entries) as $s
+	  | if $b.closed and $s.closed and $s.closed.rps > 0 then
+	      "List page on the big merchant vs the small one: \($b.closed.rps / $s.closed.rps * 100 | round)% of the throughput; p99 \($b.open.p99_ms | r2) ms vs \($s.open.p99_ms | r2) ms at the fixed rate."
+	    else empty end
+	' "$RESULTS"
+}
+
+# Scenarios whose error share is above BENCH_MAX_ERROR_PCT.
+failing() {
+	jq -rs --argjson max "$BENCH_MAX_ERROR_PCT" '
+	  .[] | select(.kind != "raw" and .count > 0 and (.errors * 100 / .count) > $max)
+	  | "\(.scenario) (\(.kind)): \(.errors)/\(.count) errors; statuses \(.statuses); \(.first_error // "")"
+	' "$RESULTS"
+}
+
+report() {
+	local date table detail cmp bad block
+	date=$(date -u '+%Y-%m-%d %H:%M UTC')
+	table=$(summary_table)
+	detail=$(detail_table)
+	cmp=$(list_comparison "$LIST_BIG" "$LIST_SMALL")
+	bad=$(failing)
+	block=$(
+		printf 'Measured by `make bench` on %s (%s), everything over loopback on one machine.\n' "$date" "$(machine)"
+		printf 'Throughput: %s connections, closed model, %ss after %ss warmup. Latency: open model at a constant %s req/s (latency from the scheduled send time). Raw PostgreSQL: pgbench, %s clients, prepared statements, %ss, in the same run.\n\n' \
+			"$BENCH_CONNS" "$SECS" "$WARM" "$BENCH_RATE" "$BENCH_CONNS" "$SECS"
+		printf '%s\n' "$table"
+		[[ -n $cmp ]] && printf '\n%s\n' "$cmp"
+		printf '\nAims: POST ≥ 40%% of the raw insert, GET ≥ 50%% of the raw select, p99 < 10 ms at 1,000 req/s, list page as fast at 1,000,000 rows as at 1,000. Every figure: `deploy/bench/results.md`.\n'
+	)
+
+	{
+		printf '# Benchmark results\n\n'
+		[[ -n $bad ]] && printf '**INVALID RUN: too many errors**\n\n```\n%s\n```\n\n' "$bad"
+		printf '%s\n\n## Every measurement\n\n%s\n\n' "$block" "$detail"
+		printf 'Settings: BENCH_DURATION=%s BENCH_WARMUP=%s BENCH_CONNS=%s BENCH_RATE=%s BENCH_OPEN_CONNS=%s BENCH_ROWS=%s BENCH_SMALL_ROWS=%s.\n' \
+			"$BENCH_DURATION" "$BENCH_WARMUP" "$BENCH_CONNS" "$BENCH_RATE" "$BENCH_OPEN_CONNS" "$BENCH_ROWS" "$BENCH_SMALL_ROWS"
+		printf 'CPU: %s\n' "$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"
+	} >deploy/bench/results.md
+
+	if [[ -n $bad ]]; then
+		printf '%s\n' "$table"
+		printf '\nbench: error rate above %s%% in:\n%s\n' "$BENCH_MAX_ERROR_PCT" "$bad" >&2
+		printf 'bench: README.md left as it was; logs in %s\n' "$OUT" >&2
+		exit 1
+	fi
+
+	if [[ -f README.md ]] && grep -q '<!-- bench:start -->' README.md && grep -q '<!-- bench:end -->' README.md; then
+		printf '%s\n' "$block" >"$OUT/block.md"
+		awk -v f="$OUT/block.md" '
+			/<!-- bench:start -->/ { print; while ((getline l < f) > 0) print l; skip = 1; next }
+			/<!-- bench:end -->/   { skip = 0 }
+			!skip { print }
+		' README.md >"$OUT/README.md"
+		cat "$OUT/README.md" >README.md
+		echo "bench: README.md updated" >&2
+	else
+		echo "bench: README.md has no <!-- bench:start --> / <!-- bench:end --> markers: results only in deploy/bench/results.md" >&2
+	fi
+	echo "bench: deploy/bench/results.md written; raw outputs and logs in $OUT" >&2
+	printf '\n%s\n' "$table"
+	[[ -n $cmp ]] && printf '\n%s\n' "$cmp"
+	return 0
+}
+
+# ---------------------------------------------------------------------------
+
+main() {
+	prepare
+
+	raw "raw PostgreSQL: single-row insert" insert \
+		"INSERT INTO bench_products (id, merchant_id, livemode, name)
+VALUES ('prod_' || substr(md5(random()::text), 1, 24), :mid, false, 'Raw product');"
+	raw "raw PostgreSQL: primary-key select" select \
+		"\\set n random(1, 10000)
+SELECT * FROM products
+WHERE merchant_id = :mid AND livemode = false AND id = (SELECT id FROM bench_ids WHERE n = :n);"
+	raw "raw PostgreSQL: 10-row keyset page" page \
+		"SELECT * FROM products WHERE merchant_id = :mid AND livemode = false
+ORDER BY created_at DESC, id DESC LIMIT 11;"
+
+	start_api
+	local product='{"name":"Bench product {n}","price":{"amount":1999,"currency":"usd"}}'
+	smoke POST /v1/products "$product"
+	smoke GET "/v1/products/$(head -n 1 "$IDS")"
+	smoke GET "/v1/products?limit=10"
+
+	LIST_BIG="GET /v1/products?limit=10 ($BENCH_ROWS rows)"
+	LIST_SMALL="GET /v1/products?limit=10 ($BENCH_SMALL_ROWS rows)"
+	scenario "POST /v1/products" POST /v1/products "$product" insert
+	scenario "POST /v1/products + Idempotency-Key" POST /v1/products "$product" insert \
+		-H 'Idempotency-Key: bench-{run}-{n}'
+	scenario "GET /v1/products/{id}" GET '/v1/products/{id}' "" select
+	scenario "$LIST_BIG" GET '/v1/products?limit=10' "" page
+	SCENARIO_KEY=$KEY_1K scenario "$LIST_SMALL" GET '/v1/products?limit=10' "" page
+
+	report
+}
+
+# Sourcing the file (tests, a re-run of report) defines the functions only.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+	main "$@"
+fi

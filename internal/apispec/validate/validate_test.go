@@ -1,0 +1,580 @@
+package validate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pb33f/libopenapi"
+
+	"paysvc/internal/apispec"
+)
+
+const requestID = "6f1c2b8e-3d4a-4c5b-9e6f-7a8b9c0d1e2f"
+
+// productJSON is a product as the server returns it, every key present.
+func productJSON() map[string]any {
+	return map[string]any{
+		"id":          "prod_x",
+		"name":        "T-shirt",
+		"description": nil,
+		"active":      true,
+		"images":      []any{"https://example.com/a.png"},
+		"url":         nil,
+		"metadata":    map[string]any{"sku": "ts-1"},
+		"default_price": map[string]any{
+			"id":           "price_abc",
+			"amount":       1500,
+			"currency":     "usd",
+			"tax_behavior": nil,
+		},
+		"shippable":            true,
+		"unit_label":           nil,
+		"statement_descriptor": nil,
+		"tax_code":             nil,
+		"livemode":             false,
+		"created":              1735689600,
+	}
+}
+
+func customerJSON() map[string]any {
+	return map[string]any{
+		"id":       "cus_x",
+		"email":    "a@example.com",
+		"name":     nil,
+		"phone":    nil,
+		"metadata": map[string]any{},
+		"livemode": false,
+		"created":  1735689600,
+	}
+}
+
+func success(data any) map[string]any {
+	return map[string]any{"success": true, "data": data, "request_id": requestID}
+}
+
+func failure(code, msg string) map[string]any {
+	return map[string]any{
+		"success":    false,
+		"error":      map[string]any{"code": code, "message": msg},
+		"request_id": requestID,
+	}
+}
+
+// response builds a response the way the server would write it.
+func response(t *testing.T, status int, body any, mutate ...func(http.Header)) *http.Response {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h := rec.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("X-Request-Id", requestID)
+	h.Set("X-API-Version", "2025-01-01")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Strict-Transport-Security", "max-age=63072000; includeSubDomains")
+	if status == http.StatusTooManyRequests {
+		h.Set("Retry-After", "60")
+	}
+	for _, m := range mutate {
+		m(h)
+	}
+	rec.WriteHeader(status)
+	var raw []byte
+	switch b := body.(type) {
+	case string:
+		raw = []byte(b)
+	case []byte:
+		raw = b
+	default:
+		var err error
+		if raw, err = json.Marshal(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = rec.Write(raw)
+	return rec.Result()
+}
+
+func request(method, target, body string) *http.Request {
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, r)
+	req.Header.Set("Authorization", "Bearer svc_test_abc")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req
+}
+
+func mustNew(t *testing.T) *Validator {
+	t.Helper()
+	v, err := New()
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return v
+}
+
+// mustFail asserts err is a validation *Error mentioning every want substring.
+func mustFail(t *testing.T, err error, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("validation passed, want a failure")
+	}
+	var verr *Error
+	if !errors.As(err, &verr) || len(verr.Problems) == 0 {
+		t.Fatalf("error is %T %v, want *Error with problems", err, err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error does not mention %q:\n%v", w, err)
+		}
+	}
+	t.Logf("expected failure:\n%v", err)
+}
+
+func TestDocumentBuilds(t *testing.T) {
+	doc, err := libopenapi.NewDocument(apispec.YAML)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	model, err := doc.BuildV3Model()
+	if err != nil {
+		for _, e := range unwrapAll(err) {
+			t.Errorf("model building error: %v", e)
+		}
+		t.FailNow()
+	}
+	m := model.Model
+	if m.Version != "3.1.0" {
+		t.Errorf("openapi = %q, want 3.1.0", m.Version)
+	}
+	if m.Info == nil || m.Info.Version != "2025-01-01" {
+		t.Errorf("info.version is not 2025-01-01")
+	}
+	if len(m.Servers) != 1 || m.Servers[0].URL != "http://localhost:8080" {
+		t.Errorf("servers = %v, want http://localhost:8080", m.Servers)
+	}
+
+	// The exact set of operations the contract covers now.
+	want := map[string]bool{
+		"POST /v1/products": true, "GET /v1/products": true,
+		"GET /v1/products/{id}": true, "PUT /v1/products/{id}": true, "DELETE /v1/products/{id}": true,
+		"POST /v1/customers": true, "GET /v1/customers": true,
+		"GET /v1/customers/{id}": true, "PUT /v1/customers/{id}": true, "DELETE /v1/customers/{id}": true,
+		"GET /v1/openapi.yaml": true,
+	}
+	got := map[string]bool{}
+	for path, item := range m.Paths.PathItems.FromOldest() {
+		for method, op := range item.GetOperations().FromOldest() {
+			key := strings.ToUpper(method) + " " + path
+			got[key] = true
+			for _, code := range []string{"200", "400", "401", "404", "413", "429", "500", "502"} {
+				r := op.Responses.Codes.GetOrZero(code)
+				if r == nil {
+					t.Errorf("%s: response %s not declared", key, code)
+					continue
+				}
+				for _, h := range []string{"X-Request-Id", "X-API-Version"} {
+					if r.Headers == nil || r.Headers.GetOrZero(h) == nil {
+						t.Errorf("%s %s: header %s not declared", key, code, h)
+					}
+				}
+				if code == "429" && (r.Headers == nil || r.Headers.GetOrZero("Retry-After") == nil) {
+					t.Errorf("%s 429: Retry-After not declared", key)
+				}
+			}
+			if method == "post" {
+				found := false
+				for _, p := range op.Parameters {
+					if p.Name == "Idempotency-Key" && p.In == "header" {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("%s: Idempotency-Key header parameter not declared", key)
+				}
+			}
+		}
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("operation %s missing", k)
+		}
+	}
+	for k := range got {
+		if !want[k] {
+			t.Errorf("unexpected operation %s", k)
+		}
+	}
+
+	// New also checks the document against the OpenAPI 3.1 meta-schema.
+	mustNew(t)
+}
+
+func unwrapAll(err error) []error {
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range u.Unwrap() {
+			out = append(out, unwrapAll(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+func TestProductResponseValid(t *testing.T) {
+	v := mustNew(t)
+	req := request(http.MethodGet, "/v1/products/prod_x", "")
+	resp := response(t, http.StatusOK, success(productJSON()))
+	if err := v.Response(req, resp); err != nil {
+		t.Fatalf("valid product response rejected:\n%v", err)
+	}
+	// The caller can still read the body.
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.Contains(string(b), `"prod_x"`) {
+		t.Fatalf("body not readable after validation: %q, %v", b, err)
+	}
+
+	// No default price, archived.
+	p := productJSON()
+	p["default_price"] = nil
+	p["active"] = false
+	if err := v.Response(req, response(t, http.StatusOK, success(p))); err != nil {
+		t.Fatalf("product without default price rejected:\n%v", err)
+	}
+}
+
+func TestProductResponseMissingCreated(t *testing.T) {
+	v := mustNew(t)
+	p := productJSON()
+	delete(p, "created")
+	err := v.Response(request(http.MethodGet, "/v1/products/prod_x", ""), response(t, http.StatusOK, success(p)))
+	mustFail(t, err, "created")
+}
+
+func TestProductResponseExtraField(t *testing.T) {
+	v := mustNew(t)
+	p := productJSON()
+	p["price"] = 100
+	err := v.Response(request(http.MethodGet, "/v1/products/prod_x", ""), response(t, http.StatusOK, success(p)))
+	mustFail(t, err, "price")
+
+	// An extra field in the envelope fails too.
+	env := success(productJSON())
+	env["object"] = "product"
+	err = v.Response(request(http.MethodGet, "/v1/products/prod_x", ""), response(t, http.StatusOK, env))
+	mustFail(t, err, "object")
+}
+
+func TestProductResponseAmountAsString(t *testing.T) {
+	v := mustNew(t)
+	p := productJSON()
+	p["default_price"].(map[string]any)["amount"] = "1500"
+	err := v.Response(request(http.MethodGet, "/v1/products/prod_x", ""), response(t, http.StatusOK, success(p)))
+	mustFail(t, err, "amount")
+}
+
+func TestProductResponseOtherDrift(t *testing.T) {
+	v := mustNew(t)
+	req := request(http.MethodGet, "/v1/products/prod_x", "")
+	cases := map[string]func(p map[string]any){
+		"wrong id prefix":       func(p map[string]any) { p["id"] = "prd_x" },
+		"created as string":     func(p map[string]any) { p["created"] = "2025-01-01T00:00:00Z" },
+		"metadata non-string":   func(p map[string]any) { p["metadata"] = map[string]any{"n": 1} },
+		"null name":             func(p map[string]any) { p["name"] = nil },
+		"price id prefix":       func(p map[string]any) { p["default_price"].(map[string]any)["id"] = "pr_1" },
+		"image not a uri":       func(p map[string]any) { p["images"] = []any{"not a uri"} },
+		"missing livemode":      func(p map[string]any) { delete(p, "livemode") },
+		"missing default_price": func(p map[string]any) { delete(p, "default_price") },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := productJSON()
+			mutate(p)
+			mustFail(t, v.Response(req, response(t, http.StatusOK, success(p))))
+		})
+	}
+	t.Run("success false", func(t *testing.T) {
+		env := success(productJSON())
+		env["success"] = false
+		mustFail(t, v.Response(req, response(t, http.StatusOK, env)), "success")
+	})
+	t.Run("request_id not uuid", func(t *testing.T) {
+		env := success(productJSON())
+		env["request_id"] = "req_123"
+		mustFail(t, v.Response(req, response(t, http.StatusOK, env)), "request_id")
+	})
+	t.Run("empty body", func(t *testing.T) {
+		mustFail(t, v.Response(req, response(t, http.StatusOK, "")), "empty body")
+	})
+	t.Run("undeclared status", func(t *testing.T) {
+		mustFail(t, v.Response(req, response(t, http.StatusCreated, success(productJSON()))))
+	})
+	t.Run("missing X-API-Version", func(t *testing.T) {
+		resp := response(t, http.StatusOK, success(productJSON()), func(h http.Header) { h.Del("X-API-Version") })
+		mustFail(t, v.Response(req, resp), "X-API-Version")
+	})
+	t.Run("wrong X-API-Version", func(t *testing.T) {
+		resp := response(t, http.StatusOK, success(productJSON()), func(h http.Header) { h.Set("X-API-Version", "2024-01-01") })
+		mustFail(t, v.Response(req, resp))
+	})
+	t.Run("bad Idempotent-Replayed", func(t *testing.T) {
+		post := request(http.MethodPost, "/v1/products", "")
+		ok := response(t, http.StatusOK, success(productJSON()), func(h http.Header) { h.Set("Idempotent-Replayed", "true") })
+		if err := v.Response(post, ok); err != nil {
+			t.Fatalf("replayed response rejected:\n%v", err)
+		}
+		resp := response(t, http.StatusOK, success(productJSON()), func(h http.Header) { h.Set("Idempotent-Replayed", "yes") })
+		mustFail(t, v.Response(post, resp), "Idempotent-Replayed")
+	})
+	t.Run("not json", func(t *testing.T) {
+		resp := response(t, http.StatusOK, success(productJSON()), func(h http.Header) { h.Set("Content-Type", "text/plain") })
+		mustFail(t, v.Response(req, resp))
+	})
+}
+
+func TestErrorEnvelope(t *testing.T) {
+	v := mustNew(t)
+	req := request(http.MethodGet, "/v1/products/prod_x", "")
+	if err := v.Response(req, response(t, http.StatusNotFound, failure("product_not_found", "no such product"))); err != nil {
+		t.Fatalf("valid error envelope rejected:\n%v", err)
+	}
+	mustFail(t, v.Response(req, response(t, http.StatusNotFound, failure("not_found", "no such product"))), "code")
+
+	env := failure("product_not_found", "x")
+	delete(env["error"].(map[string]any), "message")
+	mustFail(t, v.Response(req, response(t, http.StatusNotFound, env)), "message")
+
+	// 429 must carry Retry-After.
+	lreq := request(http.MethodGet, "/v1/products", "")
+	if err := v.Response(lreq, response(t, http.StatusTooManyRequests, failure("rate_limit_exceeded", "slow down"))); err != nil {
+		t.Fatalf("valid 429 rejected:\n%v", err)
+	}
+	resp := response(t, http.StatusTooManyRequests, failure("rate_limit_exceeded", "slow down"),
+		func(h http.Header) { h.Del("Retry-After") })
+	mustFail(t, v.Response(lreq, resp), "Retry-After")
+}
+
+func TestUnknownEndpoint(t *testing.T) {
+	v := mustNew(t)
+	for _, req := range []*http.Request{
+		request(http.MethodGet, "/v1/nope", ""),
+		request(http.MethodPatch, "/v1/products/prod_x", `{}`), // known path, unknown method
+	} {
+		name := req.Method + " " + req.URL.Path
+		if err := v.Response(req, response(t, http.StatusNotFound, failure("endpoint_not_found", "unknown endpoint"))); err != nil {
+			t.Errorf("%s: valid endpoint_not_found rejected:\n%v", name, err)
+		}
+		mustFail(t, v.Response(req, response(t, http.StatusNotFound, failure("nope", "unknown endpoint"))), "code")
+		mustFail(t, v.Response(req, response(t, http.StatusNotFound, map[string]any{"error": "not found"})))
+		mustFail(t, v.Response(req, response(t, http.StatusOK, success(productJSON()))), "matches no operation")
+		mustFail(t, v.Request(req), "not found")
+	}
+}
+
+func TestOtherResponses(t *testing.T) {
+	v := mustNew(t)
+	cases := []struct {
+		method, target string
+		body           any
+	}{
+		{http.MethodPost, "/v1/products", success(productJSON())},
+		{http.MethodPut, "/v1/products/prod_x", success(productJSON())},
+		{http.MethodGet, "/v1/products?limit=2", success(map[string]any{"data": []any{productJSON(), productJSON()}, "has_more": true})},
+		{http.MethodGet, "/v1/products", success(map[string]any{"data": []any{}, "has_more": false})},
+		{http.MethodDelete, "/v1/products/prod_x", success(map[string]any{"id": "prod_x", "deleted": true})},
+		{http.MethodPost, "/v1/customers", success(customerJSON())},
+		{http.MethodGet, "/v1/customers/cus_x", success(customerJSON())},
+		{http.MethodPut, "/v1/customers/cus_x", success(customerJSON())},
+		{http.MethodGet, "/v1/customers", success(map[string]any{"data": []any{customerJSON()}, "has_more": false})},
+		{http.MethodDelete, "/v1/customers/cus_x", success(map[string]any{"id": "cus_x", "deleted": true})},
+	}
+	for _, c := range cases {
+		req := request(c.method, c.target, "")
+		if err := v.Response(req, response(t, http.StatusOK, c.body)); err != nil {
+			t.Errorf("%s %s: valid response rejected:\n%v", c.method, c.target, err)
+		}
+	}
+
+	// Drift in lists, deleted and customers is caught.
+	mustFail(t, v.Response(request(http.MethodGet, "/v1/products", ""),
+		response(t, http.StatusOK, success(map[string]any{"data": []any{}}))), "has_more")
+	mustFail(t, v.Response(request(http.MethodDelete, "/v1/customers/cus_x", ""),
+		response(t, http.StatusOK, success(map[string]any{"id": "cus_x", "deleted": false}))), "deleted")
+	c := customerJSON()
+	c["email"] = "not-an-email"
+	mustFail(t, v.Response(request(http.MethodGet, "/v1/customers/cus_x", ""),
+		response(t, http.StatusOK, success(c))), "email")
+	c = customerJSON()
+	delete(c, "phone")
+	mustFail(t, v.Response(request(http.MethodGet, "/v1/customers/cus_x", ""),
+		response(t, http.StatusOK, success(c))), "phone")
+
+	// The YAML document itself.
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Type", "application/yaml")
+	rec.Header().Set("X-Request-Id", requestID)
+	rec.Header().Set("X-API-Version", "2025-01-01")
+	rec.Header().Set("X-Content-Type-Options", "nosniff")
+	rec.Header().Set("X-Frame-Options", "DENY")
+	rec.Header().Set("Strict-Transport-Security", "max-age=63072000")
+	_, _ = rec.Write(apispec.YAML)
+	req := httptest.NewRequest(http.MethodGet, "/v1/openapi.yaml", nil)
+	if err := v.Request(req); err != nil {
+		t.Errorf("unauthenticated GET /v1/openapi.yaml rejected:\n%v", err)
+	}
+	if err := v.Response(req, rec.Result()); err != nil {
+		t.Errorf("openapi.yaml response rejected:\n%v", err)
+	}
+}
+
+func TestRequestValidation(t *testing.T) {
+	v := mustNew(t)
+
+	okBody := `{"name":"T-shirt","images":["https://example.com/a.png"],"statement_descriptor":"TSHIRT",` +
+		`"price":{"amount":1500,"currency":"usd","tax_behavior":"exclusive"}}`
+	req := request(http.MethodPost, "/v1/products", okBody)
+	req.Header.Set("Idempotency-Key", "k-1")
+	if err := v.Request(req); err != nil {
+		t.Fatalf("valid create request rejected:\n%v", err)
+	}
+	// The body can still be read (and the request sent) afterwards.
+	b, _ := io.ReadAll(req.Body)
+	if string(b) != okBody {
+		t.Fatalf("request body after validation = %q", b)
+	}
+
+	unknown := request(http.MethodPost, "/v1/products", `{"name":"T-shirt","colour":"red"}`)
+	mustFail(t, v.Request(unknown), "colour")
+	b, _ = io.ReadAll(unknown.Body)
+	if !strings.Contains(string(b), "colour") {
+		t.Fatalf("request body not restored after failed validation: %q", b)
+	}
+
+	bad := map[string]struct {
+		method, target, body string
+	}{
+		"missing name":          {http.MethodPost, "/v1/products", `{"description":"x"}`},
+		"empty name":            {http.MethodPost, "/v1/products", `{"name":""}`},
+		"http image":            {http.MethodPost, "/v1/products", `{"name":"a","images":["http://x"]}`},
+		"nine images":           {http.MethodPost, "/v1/products", `{"name":"a","images":["https://1","https://2","https://3","https://4","https://5","https://6","https://7","https://8","https://9"]}`},
+		"long descriptor":       {http.MethodPost, "/v1/products", `{"name":"a","statement_descriptor":"12345678901234567890123"}`},
+		"price unknown field":   {http.MethodPost, "/v1/products", `{"name":"a","price":{"amount":1,"currency":"usd","interval":"month"}}`},
+		"price amount zero":     {http.MethodPost, "/v1/products", `{"name":"a","price":{"amount":0,"currency":"usd"}}`},
+		"price bad currency":    {http.MethodPost, "/v1/products", `{"name":"a","price":{"amount":1,"currency":"us"}}`},
+		"price bad tax":         {http.MethodPost, "/v1/products", `{"name":"a","price":{"amount":1,"currency":"usd","tax_behavior":"x"}}`},
+		"update unknown field":  {http.MethodPut, "/v1/products/prod_x", `{"colour":"red"}`},
+		"customer no email":     {http.MethodPost, "/v1/customers", `{"name":"a"}`},
+		"customer bad email":    {http.MethodPost, "/v1/customers", `{"email":"nope"}`},
+		"customer update extra": {http.MethodPut, "/v1/customers/cus_x", `{"email":"a@example.com","x":1}`},
+		"limit zero":            {http.MethodGet, "/v1/products?limit=0", ""},
+		"limit 101":             {http.MethodGet, "/v1/customers?limit=101", ""},
+		"empty starting_after":  {http.MethodGet, "/v1/products?starting_after=", ""},
+	}
+	for name, c := range bad {
+		t.Run(name, func(t *testing.T) {
+			mustFail(t, v.Request(request(c.method, c.target, c.body)))
+		})
+	}
+
+	t.Run("empty product update", func(t *testing.T) {
+		if err := v.Request(request(http.MethodPut, "/v1/products/prod_x", `{}`)); err != nil {
+			t.Fatalf("empty update rejected:\n%v", err)
+		}
+	})
+	t.Run("list paging", func(t *testing.T) {
+		if err := v.Request(request(http.MethodGet, "/v1/customers?limit=100&starting_after=cus_x", "")); err != nil {
+			t.Fatalf("paged list rejected:\n%v", err)
+		}
+	})
+	t.Run("idempotency key too long", func(t *testing.T) {
+		r := request(http.MethodPost, "/v1/customers", `{"email":"a@example.com"}`)
+		r.Header.Set("Idempotency-Key", strings.Repeat("k", 256))
+		mustFail(t, v.Request(r), "Idempotency-Key")
+	})
+	t.Run("missing authorization", func(t *testing.T) {
+		r := request(http.MethodGet, "/v1/products", "")
+		r.Header.Del("Authorization")
+		mustFail(t, v.Request(r), "Authorization")
+	})
+}
+
+// TestConcurrentUse runs validations from many goroutines (go test -race).
+func TestConcurrentUse(t *testing.T) {
+	v := mustNew(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := productJSON()
+			p["name"] = fmt.Sprintf("p%d", i)
+			if err := v.Response(request(http.MethodGet, "/v1/products/prod_x", ""), response(t, http.StatusOK, success(p))); err != nil {
+				errs <- err
+			}
+			if err := v.Request(request(http.MethodPost, "/v1/products", `{"name":"x"}`)); err != nil {
+				errs <- err
+			}
+			delete(p, "created")
+			if err := v.Response(request(http.MethodGet, "/v1/products/prod_x", ""), response(t, http.StatusOK, success(p))); err == nil {
+				errs <- errors.New("missing created passed")
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if v2 := mustNew(t); v2 != v {
+		t.Error("New returned a different validator")
+	}
+}
+
+// TestBuildReportsDocumentErrors shows that a broken contract makes New fail
+// loudly instead of validating against a partial model.
+func TestBuildReportsDocumentErrors(t *testing.T) {
+	cases := map[string]string{
+		"not yaml": "openapi: [3.1.0\n",
+		"dangling $ref": `openapi: 3.1.0
+info: {title: t, version: "1"}
+paths:
+  /x:
+    get:
+      responses:
+        "200":
+          description: ok
+          content:
+            application/json:
+              schema:
+                $ref: "#/components/schemas/Missing"
+`,
+		"invalid against the 3.1 meta-schema": `openapi: 3.1.0
+info: {title: t}
+paths:
+  /x:
+    get:
+      responses:
+        "200": {}
+`,
+	}
+	for name, doc := range cases {
+		t.Run(name, func(t *testing.T) {
+			v, err := build([]byte(doc))
+			if err == nil {
+				t.Fatalf("build succeeded (%v), want an error", v != nil)
+			}
+			t.Logf("reported: %v", err)
+		})
+	}
+}

@@ -1,0 +1,228 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"paysvc/internal/apispec/validate"
+	"paysvc/internal/httpapi"
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/ratelimit"
+	"paysvc/internal/testenv"
+)
+
+// harness is a real API server over httptest, on a real PostgreSQL database
+// and a real Redis, whose every response is checked against the OpenAPI
+// description.
+type harness struct {
+	t     *testing.T
+	url   string
+	db    *sqlx.DB
+	store *postgres.Store
+	svc   *payments.Service
+}
+
+type harnessOpts struct {
+	ratePerHour int
+	blocklist   string // terms, one per line; empty = built-in list
+}
+
+var (
+	validatorOnce sync.Once
+	validator     *validate.Validator
+	validatorErr  error
+)
+
+func newHarness(t *testing.T, o harnessOpts) *harness {
+	t.Helper()
+	if o.ratePerHour == 0 {
+		o.ratePerHour = 100000
+	}
+	db := testenv.DB(t)
+	store := postgres.New(db)
+	bl, err := payments.LoadBlocklist("")
+	if o.blocklist != "" {
+		bl, err = payments.ParseBlocklist(strings.NewReader(o.blocklist))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := payments.NewService(store, bl, time.Now)
+	h := httpapi.New(httpapi.Deps{
+		Service: svc,
+		Store:   store,
+		Limiter: ratelimit.New(testenv.Redis(t), o.ratePerHour),
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	validatorOnce.Do(func() { validator, validatorErr = validate.New() })
+	if validatorErr != nil {
+		t.Fatalf("openapi validator: %v", validatorErr)
+	}
+	return &harness{t: t, url: srv.URL, db: db, store: store, svc: svc}
+}
+
+// merchant creates a merchant and returns its id.
+func (h *harness) merchant(plan payments.Plan) string {
+	h.t.Helper()
+	m, err := h.svc.CreateMerchant(context.Background(), "Test merchant", "", plan)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return m.ID
+}
+
+// key creates an API key for the merchant and returns the secret.
+func (h *harness) key(merchantID string, live bool) string {
+	h.t.Helper()
+	k, err := h.svc.CreateKey(context.Background(), merchantID, live, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return k.Secret
+}
+
+// testKey returns a test-mode key of a fresh merchant.
+func (h *harness) testKey() string {
+	h.t.Helper()
+	return h.key(h.merchant(payments.PlanFree), false)
+}
+
+// response is a decoded API response.
+type response struct {
+	Status int
+	Header http.Header
+	Raw    []byte
+	Body   struct {
+		Success   bool            `json:"success"`
+		Data      json.RawMessage `json:"data"`
+		Error     *struct{ Code, Message string }
+		RequestID string `json:"request_id"`
+	}
+}
+
+// code is the error code, or "" for a success.
+func (r *response) code() string {
+	if r.Body.Error == nil {
+		return ""
+	}
+	return r.Body.Error.Code
+}
+
+// data decodes the success payload into v.
+func (r *response) data(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body.Data, v); err != nil {
+		t.Fatalf("decode data %s: %v", r.Body.Data, err)
+	}
+}
+
+// do sends a request; body may be nil, a string (sent as is) or a value
+// (JSON-encoded). The response must match the OpenAPI description.
+func (h *harness) do(method, path, key string, body any, headers ...string) *response {
+	h.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		enc, err := json.Marshal(b)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		rd = bytes.NewReader(enc)
+	}
+	req, err := http.NewRequest(method, h.url+path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	return h.send(req)
+}
+
+func (h *harness) send(req *http.Request) *response {
+	h.t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	if err := validator.Response(req, resp); err != nil {
+		h.t.Errorf("%s %s: response does not match openapi.yaml: %v", req.Method, req.URL.Path, err)
+	}
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	r := &response{Status: resp.StatusCode, Header: resp.Header, Raw: raw}
+	if err := json.Unmarshal(raw, &r.Body); err != nil {
+		h.t.Fatalf("%s %s: body is not JSON: %q", req.Method, req.URL.Path, raw)
+	}
+	checkEnvelope(h.t, r)
+	return r
+}
+
+// checkEnvelope asserts what every response carries: the envelope matching
+// the status, a UUID request_id equal to X-Request-Id, and the headers.
+func checkEnvelope(t *testing.T, r *response) {
+	t.Helper()
+	if r.Body.Success != (r.Status == http.StatusOK) {
+		t.Errorf("status %d with success=%v: %s", r.Status, r.Body.Success, r.Raw)
+	}
+	if r.Status != http.StatusOK && (r.Body.Error == nil || r.Body.Error.Code == "" || r.Body.Error.Message == "") {
+		t.Errorf("status %d without error code and message: %s", r.Status, r.Raw)
+	}
+	if len(r.Body.RequestID) != 36 || r.Header.Get("X-Request-Id") != r.Body.RequestID {
+		t.Errorf("request_id %q, X-Request-Id %q: want the same UUID", r.Body.RequestID, r.Header.Get("X-Request-Id"))
+	}
+	for name, want := range map[string]string{
+		"X-Content-Type-Options": "nosniff",
+		"X-Frame-Options":        "DENY",
+		"X-Api-Version":          "2025-01-01",
+	} {
+		if got := r.Header.Get(name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	if !strings.HasPrefix(r.Header.Get("Strict-Transport-Security"), "max-age=") {
+		t.Errorf("Strict-Transport-Security = %q", r.Header.Get("Strict-Transport-Security"))
+	}
+}
+
+// wantError asserts an error response's status and code.
+func wantError(t *testing.T, r *response, status int, code string) {
+	t.Helper()
+	if r.Status != status || r.code() != code {
+		t.Errorf("got %d %s (%s), want %d %s", r.Status, r.code(), r.Raw, status, code)
+	}
+}
+
+// wantOK asserts a success.
+func wantOK(t *testing.T, r *response) {
+	t.Helper()
+	if r.Status != http.StatusOK {
+		t.Fatalf("got %d %s, want 200", r.Status, r.Raw)
+	}
+}

@@ -1,0 +1,217 @@
+// Package testenv gives tests a real PostgreSQL database and a real Redis
+// database of their own, so test packages run in parallel without sharing
+// state. The servers come from TEST_DATABASE_URL / TEST_REDIS_URL, else the
+// loopback defaults (postgres://postgres@127.0.0.1:5432, redis://127.0.0.1:6379).
+package testenv
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq" // the driver
+	"github.com/redis/go-redis/v9"
+
+	"paysvc/internal/postgres"
+)
+
+func serverURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+func redisBase() string {
+	if u := os.Getenv("TEST_REDIS_URL"); u != "" {
+		return strings.TrimRight(u, "/0123456789")
+	}
+	return "redis://127.0.0.1:6379/"
+}
+
+var (
+	dbOnce sync.Once
+	dbURL  string
+	dbErr  error
+)
+
+// DatabaseURL returns the URL of this test process's own migrated database,
+// creating it on first use. The name carries the pid; databases of
+// processes that are gone are dropped, so crashed runs leave nothing behind.
+func DatabaseURL(t testing.TB) string {
+	t.Helper()
+	dbOnce.Do(func() { dbURL, dbErr = createDB() })
+	if dbErr != nil {
+		t.Fatalf("testenv: %v", dbErr)
+	}
+	return dbURL
+}
+
+// DB returns a connection pool to this process's test database.
+func DB(t testing.TB) *sqlx.DB {
+	t.Helper()
+	db, err := postgres.Open(context.Background(), DatabaseURL(t), 20)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
+
+func createDB() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := sql.Open("postgres", serverURL())
+	if err != nil {
+		return "", err
+	}
+	defer admin.Close()
+	if err := admin.PingContext(ctx); err != nil {
+		return "", fmt.Errorf("PostgreSQL at %s does not answer (run deploy/local/services.sh): %w", serverURL(), err)
+	}
+	dropStale(ctx, admin)
+
+	pkg := unsafeChars.ReplaceAllString(strings.TrimSuffix(strings.ToLower(filepath.Base(os.Args[0])), ".test"), "_")
+	name := fmt.Sprintf("paysvc_t_%s_%d", pkg, os.Getpid())
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+	}
+	if _, err := admin.ExecContext(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
+		return "", fmt.Errorf("drop %s: %w", name, err)
+	}
+	if _, err := admin.ExecContext(ctx, `CREATE DATABASE `+name); err != nil {
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
+	u, err := url.Parse(serverURL())
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	db, err := sql.Open("postgres", u.String())
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	if _, err := postgres.Migrate(ctx, db); err != nil {
+		return "", err
+	}
+	return u.String(), nil
+}
+
+// dropStale drops the test databases of processes that no longer run.
+func dropStale(ctx context.Context, admin *sql.DB) {
+	rows, err := admin.QueryContext(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'paysvc_t_%'`)
+	if err != nil {
+		return
+	}
+	var stale []string
+	for rows.Next() {
+		var name string
+		if rows.Scan(&name) != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(name[strings.LastIndexByte(name, '_')+1:])
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); os.IsNotExist(err) {
+			stale = append(stale, name)
+		}
+	}
+	rows.Close()
+	for _, name := range stale {
+		_, _ = admin.ExecContext(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
+	}
+}
+
+var (
+	redisOnce sync.Once
+	redisDB   int
+	redisErr  error
+)
+
+// RedisURL returns a Redis URL on a database index (1..15) that this process
+// holds exclusively for its lifetime, flushed when taken.
+func RedisURL(t testing.TB) string {
+	t.Helper()
+	redisOnce.Do(func() { redisDB, redisErr = claimRedisDB() })
+	if redisErr != nil {
+		t.Fatalf("testenv: %v", redisErr)
+	}
+	return redisBase() + strconv.Itoa(redisDB)
+}
+
+// Redis returns a client on this process's Redis database.
+func Redis(t testing.TB) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(RedisURL(t))
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// RedisOpt returns asynq's connection options for this process's Redis database.
+func RedisOpt(t testing.TB) asynq.RedisConnOpt {
+	t.Helper()
+	opt, err := asynq.ParseRedisURI(RedisURL(t))
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return opt
+}
+
+// claimRedisDB takes a lease on a free database index in Redis db 0 and keeps
+// renewing it while the process lives; a crashed process's lease runs out.
+func claimRedisDB() (int, error) {
+	ctx := context.Background()
+	opt, err := redis.ParseURL(redisBase() + "0")
+	if err != nil {
+		return 0, err
+	}
+	ctl := redis.NewClient(opt)
+	if err := ctl.Ping(ctx).Err(); err != nil {
+		return 0, fmt.Errorf("redis at %s does not answer (run deploy/local/services.sh): %w", opt.Addr, err)
+	}
+	const lease = 30 * time.Second
+	for attempt := 0; attempt < 600; attempt++ {
+		for i := 1; i <= 15; i++ {
+			key := fmt.Sprintf("paysvc:testenv:db:%d", i)
+			ok, err := ctl.SetNX(ctx, key, os.Getpid(), lease).Result()
+			if err != nil {
+				return 0, err
+			}
+			if !ok {
+				continue
+			}
+			go func() {
+				for range time.Tick(lease / 3) {
+					ctl.Expire(ctx, key, lease)
+				}
+			}()
+			db := redis.NewClient(&redis.Options{Addr: opt.Addr, DB: i})
+			defer db.Close()
+			if err := db.FlushDB(ctx).Err(); err != nil {
+				return 0, err
+			}
+			return i, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("no free Redis database index after 60s")
+}
