@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -49,6 +50,9 @@ func Handler(o Options) http.Handler {
 		writeJSON(w, status, out)
 	})
 	mux.Handle("GET /metrics", promhttp.Handler())
+	// Profiles name no secrets but can be costly: guarded like the dashboard.
+	mux.Handle("/debug/pprof/", guard(o, http.HandlerFunc(pprof.Index)))
+	mux.Handle("/debug/pprof/profile", guard(o, http.HandlerFunc(pprof.Profile)))
 	if o.Redis != nil {
 		mon := asynqmon.New(asynqmon.Options{RootPath: "/queues", RedisConnOpt: o.Redis})
 		mux.Handle("/queues/", guard(o, mon))
