@@ -18,9 +18,11 @@ import (
 
 	"paysvc/internal/admin"
 	"paysvc/internal/app"
+	"paysvc/internal/hosted"
 	"paysvc/internal/httpapi"
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
+	"paysvc/internal/processor/sandbox"
 	"paysvc/internal/ratelimit"
 )
 
@@ -94,11 +96,18 @@ func serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if env.Config.Processor != "sandbox" {
+		return fmt.Errorf("PROCESSOR=%s: only the sandbox processor is available in this version", env.Config.Processor)
+	}
+	sb := sandbox.New(env.DB, env.Config.PublicBaseURL)
+	svc := payments.NewService(env.Store, blocklist, time.Now,
+		payments.WithProcessor(sb), payments.WithSessionTTL(env.Config.CheckoutSessionTTL))
 	api := httpapi.New(httpapi.Deps{
-		Service: payments.NewService(env.Store, blocklist, time.Now),
+		Service: svc,
 		Store:   env.Store,
 		Limiter: ratelimit.New(env.Redis, env.Config.RateLimitPerHour),
 		Log:     env.Log,
+		Pages:   hosted.New(svc, sb, env.Log, time.Now),
 	})
 	srv := &http.Server{
 		Addr:              env.Config.APIAddr,

@@ -15,6 +15,7 @@ import (
 
 	"paysvc/internal/admin"
 	"paysvc/internal/app"
+	"paysvc/internal/payments"
 	"paysvc/internal/tasks"
 	"paysvc/internal/worker"
 )
@@ -43,7 +44,8 @@ func run(ctx context.Context) error {
 		Logger:          app.AsynqLogger{Log: env.Log},
 	})
 	mux := asynq.NewServeMux()
-	(&worker.Handlers{Store: env.Store, Log: env.Log, Now: time.Now}).Register(mux)
+	svc := payments.NewService(env.Store, nil, time.Now, payments.WithSessionTTL(env.Config.CheckoutSessionTTL))
+	(&worker.Handlers{Service: svc, Store: env.Store, Log: env.Log, Now: time.Now}).Register(mux)
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start asynq server: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"paysvc/internal/payments"
+	"paysvc/internal/processor"
 )
 
 // statusOf is the one place that maps error codes to HTTP statuses.
@@ -62,12 +63,16 @@ type successEnvelope struct {
 func (s *Server) writeError(c *gin.Context, err error) {
 	var pe *payments.Error
 	status, code, msg := http.StatusInternalServerError, payments.InternalError, internalMessage
-	if errors.As(err, &pe) {
+	var proc *processor.Error
+	switch {
+	case errors.As(err, &pe):
 		if st, ok := statusOf[pe.Code]; ok {
 			status, code, msg = st, pe.Code, pe.Msg
 		}
+	case errors.As(err, &proc):
+		status, code, msg = http.StatusBadGateway, payments.ProcessorError, "The payment processor could not complete the request; nothing was charged. Retry later."
 	}
-	if status >= 500 {
+	if status >= 500 { // the cause is logged, never sent
 		s.log.ErrorContext(c.Request.Context(), "request failed",
 			"request_id", requestID(c), "method", c.Request.Method, "route", c.FullPath(), "error", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"paysvc/internal/apispec"
+	"paysvc/internal/hosted"
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/ratelimit"
@@ -30,6 +31,7 @@ type Deps struct {
 	Limiter *ratelimit.Limiter
 	Log     *slog.Logger
 	Now     payments.Clock
+	Pages   *hosted.Pages // hosted checkout and sandbox pages, when served
 }
 
 // Server holds the handlers' dependencies.
@@ -81,6 +83,15 @@ func New(d Deps) http.Handler {
 	v1.GET("/customers/:id", s.wrap(s.getCustomer))
 	v1.PUT("/customers/:id", s.wrap(s.updateCustomer))
 	v1.DELETE("/customers/:id", s.wrap(s.deleteCustomer))
+
+	v1.POST("/payment-sessions", s.wrap(s.createSession))
+	v1.GET("/payment-sessions/:id", s.wrap(s.getSession))
+	v1.POST("/payment-intents", s.wrap(s.createIntent))
+	v1.GET("/test-payments", s.wrap(s.listTestPayments))
+
+	if d.Pages != nil {
+		d.Pages.Register(r)
+	}
 	return r
 }
 

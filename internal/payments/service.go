@@ -6,6 +6,8 @@ package payments
 import (
 	"context"
 	"time"
+
+	"paysvc/internal/processor"
 )
 
 // Store is the persistence the Service needs. Every method that touches
@@ -33,21 +35,57 @@ type Store interface {
 	Customers(ctx context.Context, sc Scope, lp ListParams) (Page[Customer], error)
 	UpdateCustomer(ctx context.Context, sc Scope, id string, fn func(*Customer) error) (Customer, error)
 	DeleteCustomer(ctx context.Context, sc Scope, id string, now time.Time) error
+
+	MerchantPlan(ctx context.Context, merchantID string) (Plan, error)
+	// PriceForSale returns an active price of an active product.
+	PriceForSale(ctx context.Context, sc Scope, priceID string) (SaleablePrice, error)
+	CreateSession(ctx context.Context, sc Scope, cs CheckoutSession) error
+	Session(ctx context.Context, sc Scope, id string) (CheckoutSession, error)
+	// SessionByID is the one unscoped read, for the public hosted page.
+	SessionByID(ctx context.Context, id string) (CheckoutSession, error)
+	// PayCheckout locks the session and its payment (zero when it has none
+	// yet), runs fn and saves both with fn's events, in one transaction.
+	PayCheckout(ctx context.Context, sessionID string, fn func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) ([]Event, error)) (CheckoutSession, error)
+	// ExpireSessions closes open sessions whose expiry is before now.
+	ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(*CheckoutSession) []Event) (int, error)
+
+	CreateIntent(ctx context.Context, sc Scope, pi PaymentIntent) error
+	// UpdateIntentByID locks a payment found by id alone (the sandbox's
+	// confirm endpoint has no API key), runs fn and saves it with fn's events.
+	UpdateIntentByID(ctx context.Context, id string, fn func(sc Scope, plan Plan, pi *PaymentIntent) ([]Event, error)) (PaymentIntent, error)
+	Payments(ctx context.Context, sc Scope, lp ListParams) (Page[PaymentIntent], error)
+	// IntentByID reads a payment by id alone, with its scope.
+	IntentByID(ctx context.Context, id string) (Scope, PaymentIntent, error)
 }
 
 // Service holds the use cases.
 type Service struct {
-	store     Store
-	blocklist *Blocklist
-	now       Clock
+	store      Store
+	blocklist  *Blocklist
+	now        Clock
+	proc       processor.Processor
+	sessionTTL time.Duration
 }
 
+// Option configures a Service.
+type Option func(*Service)
+
+// WithProcessor sets the card processor.
+func WithProcessor(p processor.Processor) Option { return func(s *Service) { s.proc = p } }
+
+// WithSessionTTL sets how long checkout sessions stay open (default 24h).
+func WithSessionTTL(d time.Duration) Option { return func(s *Service) { s.sessionTTL = d } }
+
 // NewService returns a Service on store, screening content with blocklist.
-func NewService(store Store, blocklist *Blocklist, now Clock) *Service {
+func NewService(store Store, blocklist *Blocklist, now Clock, opts ...Option) *Service {
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{store: store, blocklist: blocklist, now: now}
+	s := &Service{store: store, blocklist: blocklist, now: now, sessionTTL: 24 * time.Hour}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // ListParams are the cursor parameters of a paged list.

@@ -22,7 +22,13 @@ var Queues = map[string]int{QueueCritical: 6, QueueDefault: 3, QueueLow: 1}
 const (
 	TypePruneIdempotency = "maintenance:prune_idempotency"
 	TypePruneViolations  = "maintenance:prune_violations"
+	TypeExpireSessions   = "sessions:expire"
 )
+
+// NewExpireSessions closes checkout sessions past CHECKOUT_SESSION_TTL.
+func NewExpireSessions() *asynq.Task {
+	return asynq.NewTask(TypeExpireSessions, nil, asynq.Queue(QueueDefault), asynq.MaxRetry(3), asynq.Timeout(5*time.Minute))
+}
 
 // NewPruneIdempotency deletes expired Idempotency-Key records.
 func NewPruneIdempotency() *asynq.Task {

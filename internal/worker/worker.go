@@ -15,15 +15,39 @@ import (
 
 // Handlers are the task handlers and what they need.
 type Handlers struct {
-	Store *postgres.Store
-	Log   *slog.Logger
-	Now   payments.Clock
+	Service *payments.Service
+	Store   *postgres.Store
+	Log     *slog.Logger
+	Now     payments.Clock
 }
 
 // Register adds every handler to mux.
 func (h *Handlers) Register(mux *asynq.ServeMux) {
 	mux.HandleFunc(tasks.TypePruneIdempotency, h.pruneIdempotency)
 	mux.HandleFunc(tasks.TypePruneViolations, h.pruneViolations)
+	mux.HandleFunc(tasks.TypeExpireSessions, h.expireSessions)
+}
+
+// expireBatch bounds one transaction of the expiry sweep.
+const expireBatch = 500
+
+// expireSessions closes expired sessions in batches until none are left.
+func (h *Handlers) expireSessions(ctx context.Context, _ *asynq.Task) error {
+	total := 0
+	for {
+		n, err := h.Service.ExpireSessions(ctx, expireBatch)
+		if err != nil {
+			return err
+		}
+		total += n
+		if n < expireBatch {
+			break
+		}
+	}
+	if total > 0 {
+		h.Log.InfoContext(ctx, "expired checkout sessions", "expired", total)
+	}
+	return nil
 }
 
 func (h *Handlers) pruneIdempotency(ctx context.Context, _ *asynq.Task) error {
@@ -49,6 +73,7 @@ func Schedule() map[string]func() *asynq.Task {
 	return map[string]func() *asynq.Task{
 		"@every 10m": tasks.NewPruneIdempotency,
 		"@every 1h":  tasks.NewPruneViolations,
+		"@every 1m":  tasks.NewExpireSessions,
 	}
 }
 

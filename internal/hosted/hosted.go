@@ -1,0 +1,406 @@
+// Package hosted serves the pages customers see: the sandbox processor's
+// hosted checkout, its embedded-payment confirm endpoint and JS client, and
+// an example page. Pages use no outside assets.
+package hosted
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/mail"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/processor/sandbox"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static/*.js
+var staticFS embed.FS
+
+var pages = template.Must(template.ParseFS(templateFS, "templates/*.html"))
+
+// Pages serves the hosted pages.
+type Pages struct {
+	svc     *payments.Service
+	sandbox *sandbox.Sandbox
+	log     *slog.Logger
+	now     payments.Clock
+}
+
+// New returns the hosted pages.
+func New(svc *payments.Service, sb *sandbox.Sandbox, log *slog.Logger, now payments.Clock) *Pages {
+	if now == nil {
+		now = time.Now
+	}
+	return &Pages{svc: svc, sandbox: sb, log: log, now: now}
+}
+
+// Register adds the pages' routes to r.
+func (p *Pages) Register(r gin.IRoutes) {
+	r.GET("/checkout/:id", p.checkoutPage)
+	r.POST("/checkout/:id", p.checkoutPay)
+	r.GET("/sandbox/js/v1.js", static("static/v1.js"))
+	r.GET("/sandbox/js/example.js", static("static/example.js"))
+	r.GET("/sandbox/example", p.examplePage)
+	r.POST("/sandbox/v1/payment_intents/:id/confirm", p.confirm)
+	r.OPTIONS("/sandbox/v1/payment_intents/:id/confirm", preflight)
+}
+
+// pageCSP allows only this origin's scripts and inline styles; forms may
+// post here and redirect to the merchant's https success_url.
+const pageCSP = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self' https:; base-uri 'none'; frame-ancestors 'none'"
+
+func render(c *gin.Context, status int, name string, data any) {
+	var buf bytes.Buffer
+	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString("<!doctype html><title>Error</title><p>Something went wrong.</p>")
+	}
+	c.Header("Content-Security-Policy", pageCSP)
+	c.Header("Referrer-Policy", "no-referrer")
+	c.Data(status, "text/html; charset=utf-8", buf.Bytes())
+}
+
+func static(name string) gin.HandlerFunc {
+	body, err := staticFS.ReadFile(name)
+	if err != nil {
+		panic(err)
+	}
+	return func(c *gin.Context) {
+		c.Header("Cache-Control", "public, max-age=300")
+		c.Data(http.StatusOK, "text/javascript; charset=utf-8", body)
+	}
+}
+
+type message struct {
+	Title, Message, Link, LinkText string
+}
+
+func (p *Pages) message(c *gin.Context, status int, m message) {
+	render(c, status, "message.html", m)
+}
+
+// formatMoney shows minor units as a price: 1999 usd → "USD 19.99".
+func formatMoney(amount int64, currency string) string {
+	d := payments.MinorUnits(currency)
+	if d == 0 {
+		return fmt.Sprintf("%s %d", strings.ToUpper(currency), amount)
+	}
+	scale := int64(math.Pow10(d))
+	return fmt.Sprintf("%s %d.%0*d", strings.ToUpper(currency), amount/scale, d, amount%scale)
+}
+
+// checkoutForm holds what the customer typed, to re-render after an error.
+// The card number and CVC are never echoed back.
+type checkoutForm struct {
+	Email, Name                                             string
+	ShipLine1, ShipLine2, ShipCity, ShipPostal, ShipCountry string
+	Option                                                  string
+	BillLine1, BillCity, BillPostal, BillCountry            string
+	ExpMonth, ExpYear                                       string
+}
+
+type itemView struct {
+	Name     string
+	Quantity int64
+	Amount   string
+}
+
+type optionView struct {
+	Label, Amount string
+}
+
+type checkoutView struct {
+	Title, Merchant, ID string
+	Items               []itemView
+	Fees, Total         string
+	Shipping, Billing   bool
+	Countries           []string
+	Options             []optionView
+	CancelURL           string
+	Form                checkoutForm
+	Errs                map[string]string
+	Error               string
+}
+
+func (p *Pages) view(cs payments.CheckoutSession, f checkoutForm, errs map[string]string, msg string) checkoutView {
+	v := checkoutView{
+		Title: "Checkout", Merchant: "the merchant", ID: cs.ID, Total: formatMoney(cs.AmountTotal, cs.Currency),
+		Shipping: cs.CollectShipping, Billing: cs.BillingAddressCollection != nil && *cs.BillingAddressCollection == "required",
+		Countries: cs.ShippingCountries, CancelURL: cs.CancelURL, Form: f, Errs: errs, Error: msg,
+	}
+	for _, li := range cs.LineItems {
+		v.Items = append(v.Items, itemView{Name: li.Name, Quantity: li.Quantity, Amount: formatMoney(li.Amount, li.Currency)})
+	}
+	if cs.PassFees {
+		v.Fees = formatMoney(cs.AmountTotal-cs.AmountSubtotal, cs.Currency)
+	}
+	for _, o := range cs.ShippingOptions {
+		v.Options = append(v.Options, optionView{Label: o.Label, Amount: formatMoney(o.Amount, cs.Currency)})
+	}
+	if f.Email == "" && cs.CustomerEmail != nil {
+		v.Form.Email = *cs.CustomerEmail
+	}
+	return v
+}
+
+// closedMessage is the 410 page of a session that can no longer be paid.
+func closedMessage(status string, cs payments.CheckoutSession) message {
+	if status == payments.SessionComplete {
+		return message{Title: "Payment complete", Message: "This checkout session has already been paid. Nothing more is charged.",
+			Link: successURL(cs), LinkText: "Return to the shop"}
+	}
+	return message{Title: "Checkout expired", Message: "This checkout session has expired. Return to the shop to start again.",
+		Link: cs.CancelURL, LinkText: "Return to the shop"}
+}
+
+func successURL(cs payments.CheckoutSession) string {
+	return strings.ReplaceAll(cs.SuccessURL, "{CHECKOUT_SESSION_ID}", cs.ID)
+}
+
+func (p *Pages) session(c *gin.Context) (payments.CheckoutSession, bool) {
+	cs, err := p.svc.SessionForCheckout(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		if payments.ErrorCode(err) == payments.SessionNotFound {
+			p.message(c, http.StatusNotFound, message{Title: "Checkout not found", Message: "This checkout link is not valid."})
+		} else {
+			p.log.ErrorContext(c.Request.Context(), "load checkout session", "error", err)
+			p.message(c, http.StatusInternalServerError, message{Title: "Something went wrong", Message: "Please try again in a moment."})
+		}
+		return cs, false
+	}
+	status := cs.Status
+	if status == payments.SessionOpen && !p.now().Before(cs.ExpiresAt) {
+		status = payments.SessionExpired
+	}
+	if status != payments.SessionOpen {
+		p.message(c, http.StatusGone, closedMessage(status, cs))
+		return cs, false
+	}
+	return cs, true
+}
+
+func (p *Pages) checkoutPage(c *gin.Context) {
+	cs, ok := p.session(c)
+	if !ok {
+		return
+	}
+	render(c, http.StatusOK, "checkout.html", p.view(cs, checkoutForm{}, nil, ""))
+}
+
+var digits = regexp.MustCompile(`^[0-9]+$`)
+
+// parseCheckout reads and checks the form; errs maps field → message.
+func (p *Pages) parseCheckout(c *gin.Context, cs payments.CheckoutSession) (checkoutForm, string, payments.CheckoutPayment, map[string]string) {
+	v := func(k string) string { return strings.TrimSpace(c.PostForm(k)) }
+	f := checkoutForm{
+		Email: v("email"), Name: v("name"), ShipLine1: v("ship_line1"), ShipLine2: v("ship_line2"), ShipCity: v("ship_city"),
+		ShipPostal: v("ship_postal_code"), ShipCountry: strings.ToUpper(v("ship_country")), Option: v("shipping_option"),
+		BillLine1: v("bill_line1"), BillCity: v("bill_city"), BillPostal: v("bill_postal_code"), BillCountry: strings.ToUpper(v("bill_country")),
+		ExpMonth: v("exp_month"), ExpYear: v("exp_year"),
+	}
+	card := strings.NewReplacer(" ", "", "-", "").Replace(c.PostForm("card_number"))
+	errs := map[string]string{}
+	if a, err := mail.ParseAddress(f.Email); err != nil || a.Address != f.Email {
+		errs["email"] = "Enter a valid email address."
+	}
+	if f.Name == "" {
+		errs["name"] = "Enter the name on the card."
+	}
+	if !digits.MatchString(card) || len(card) < 12 || len(card) > 19 {
+		errs["card_number"] = "Enter a card number of 12 to 19 digits."
+	}
+	now := p.now()
+	m, merr := strconv.Atoi(f.ExpMonth)
+	y, yerr := strconv.Atoi(f.ExpYear)
+	if y >= 0 && y < 100 {
+		y += 2000
+	}
+	switch {
+	case merr != nil || m < 1 || m > 12:
+		errs["exp_month"] = "Enter a month from 1 to 12."
+	case yerr != nil || y < now.Year() || y > now.Year()+20 || (y == now.Year() && m < int(now.Month())):
+		errs["exp_year"] = "The card has expired or the year is not valid."
+	}
+	if cvc := c.PostForm("cvc"); !digits.MatchString(cvc) || len(cvc) < 3 || len(cvc) > 4 {
+		errs["cvc"] = "Enter the 3 or 4 digit security code."
+	}
+	pay := payments.CheckoutPayment{Email: f.Email, Name: f.Name}
+	if cs.CollectShipping {
+		addr := payments.Address{Name: f.Name, Line1: f.ShipLine1, Line2: f.ShipLine2, City: f.ShipCity, PostalCode: f.ShipPostal, Country: f.ShipCountry}
+		for field, val := range map[string]string{"ship_line1": addr.Line1, "ship_city": addr.City, "ship_postal_code": addr.PostalCode} {
+			if val == "" {
+				errs[field] = "Required."
+			}
+		}
+		if !allowedCountry(cs.ShippingCountries, addr.Country) {
+			errs["ship_country"] = "Choose a country this shop ships to."
+		}
+		var opt payments.ShippingOption
+		if len(cs.ShippingOptions) > 0 {
+			i, err := strconv.Atoi(f.Option)
+			if err != nil || i < 0 || i >= len(cs.ShippingOptions) {
+				errs["shipping_option"] = "Choose a shipping method."
+			} else {
+				opt = cs.ShippingOptions[i]
+			}
+		}
+		pay.Shipping = &payments.ShippingDetails{Address: addr, Option: opt}
+	}
+	if cs.BillingAddressCollection != nil && *cs.BillingAddressCollection == "required" {
+		b := payments.Address{Name: f.Name, Line1: f.BillLine1, City: f.BillCity, PostalCode: f.BillPostal, Country: f.BillCountry}
+		if b.Line1 == "" {
+			errs["bill_line1"] = "Required."
+		}
+		if b.City == "" || b.PostalCode == "" || len(b.Country) != 2 {
+			errs["bill_city"] = "Enter the city, postal code and two-letter country."
+		}
+		pay.Billing = &b
+	}
+	return f, card, pay, errs
+}
+
+func allowedCountry(list []string, c string) bool {
+	if len(c) != 2 {
+		return false
+	}
+	if len(list) == 0 {
+		return true
+	}
+	for _, l := range list {
+		if l == c {
+			return true
+		}
+	}
+	return false
+}
+
+// declineMessages are what a customer reads for each decline code.
+var declineMessages = map[string]string{
+	"card_declined":      "Your card was declined.",
+	"insufficient_funds": "Your card has insufficient funds.",
+	"invalid_number":     "Your card number is invalid.",
+}
+
+func (p *Pages) checkoutPay(c *gin.Context) {
+	cs, ok := p.session(c)
+	if !ok {
+		return
+	}
+	f, card, pay, errs := p.parseCheckout(c, cs)
+	if len(errs) > 0 {
+		render(c, http.StatusBadRequest, "checkout.html", p.view(cs, f, errs, "Please correct the highlighted fields."))
+		return
+	}
+	pay.Outcome = sandbox.Charge(card)
+	done, err := p.svc.RecordCheckoutPayment(c.Request.Context(), cs.ID, pay)
+	var closed payments.ErrSessionClosed
+	switch {
+	case errors.As(err, &closed):
+		p.message(c, http.StatusGone, closedMessage(closed.Status, cs))
+	case err != nil:
+		p.log.ErrorContext(c.Request.Context(), "record checkout payment", "session", cs.ID, "error", err)
+		p.message(c, http.StatusInternalServerError, message{Title: "Something went wrong", Message: "Your card was not charged. Please try again."})
+	case !pay.Outcome.Succeeded:
+		render(c, http.StatusPaymentRequired, "checkout.html", p.view(cs, f, nil, declineMessages[pay.Outcome.DeclineCode]+" Try another card."))
+	default:
+		c.Redirect(http.StatusSeeOther, successURL(done))
+	}
+}
+
+func (p *Pages) examplePage(c *gin.Context) {
+	render(c, http.StatusOK, "example.html", message{Title: "Embedded payment example"})
+}
+
+// The confirm endpoint is called from merchants' pages on other origins and
+// is authenticated by the publishable key and client secret, not cookies,
+// so any origin may call it.
+func cors(c *gin.Context) {
+	c.Header("Access-Control-Allow-Origin", "*")
+	c.Header("Access-Control-Allow-Methods", "POST")
+	c.Header("Access-Control-Allow-Headers", "Content-Type")
+	c.Header("Access-Control-Max-Age", "600")
+}
+
+func preflight(c *gin.Context) {
+	cors(c)
+	c.Status(http.StatusNoContent)
+}
+
+type confirmRequest struct {
+	PublishableKey string `json:"publishable_key"`
+	ClientSecret   string `json:"client_secret"`
+	CardNumber     string `json:"card_number"`
+}
+
+type confirmError struct {
+	Code        string `json:"code"`
+	DeclineCode string `json:"decline_code,omitempty"`
+	Message     string `json:"message"`
+}
+
+type confirmResponse struct {
+	ID     string        `json:"id,omitempty"`
+	Status string        `json:"status,omitempty"`
+	Error  *confirmError `json:"error,omitempty"`
+}
+
+func (p *Pages) confirm(c *gin.Context) {
+	cors(c)
+	var req confirmRequest
+	body, err := io.ReadAll(c.Request.Body)
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&req)
+	}
+	if err != nil {
+		c.JSON(http.StatusBadRequest, confirmResponse{Error: &confirmError{Code: "invalid_request", Message: "Send JSON with publishable_key, client_secret and card_number."}})
+		return
+	}
+	ctx := c.Request.Context()
+	unauthorized := confirmResponse{Error: &confirmError{Code: "unauthorized", Message: "Invalid publishable key or client secret."}}
+	sc, pi, err := p.svc.IntentForConfirm(ctx, c.Param("id"))
+	if err == nil {
+		err = p.sandbox.CheckConfirm(ctx, sc, pi, req.PublishableKey, req.ClientSecret)
+	}
+	if err != nil {
+		if payments.ErrorCode(err) != payments.PaymentNotFound && !errors.Is(err, sandbox.ErrBadCredentials) {
+			p.log.ErrorContext(ctx, "confirm payment", "payment", c.Param("id"), "error", err)
+			c.JSON(http.StatusInternalServerError, confirmResponse{Error: &confirmError{Code: "internal_error", Message: "Please try again."}})
+			return
+		}
+		c.JSON(http.StatusUnauthorized, unauthorized)
+		return
+	}
+	outcome := sandbox.Charge(req.CardNumber)
+	pi, err = p.svc.RecordIntentOutcome(ctx, pi.ID, outcome)
+	switch {
+	case errors.Is(err, payments.ErrAlreadyPaid):
+		c.JSON(http.StatusOK, confirmResponse{ID: c.Param("id"), Status: payments.IntentSucceeded})
+	case err != nil:
+		p.log.ErrorContext(ctx, "confirm payment", "payment", pi.ID, "error", err)
+		c.JSON(http.StatusInternalServerError, confirmResponse{Error: &confirmError{Code: "internal_error", Message: "Your card was not charged. Please try again."}})
+	case !outcome.Succeeded:
+		c.JSON(http.StatusPaymentRequired, confirmResponse{ID: pi.ID, Status: pi.Status, Error: &confirmError{
+			Code: "card_declined", DeclineCode: outcome.DeclineCode, Message: declineMessages[outcome.DeclineCode]}})
+	default:
+		c.JSON(http.StatusOK, confirmResponse{ID: pi.ID, Status: pi.Status})
+	}
+}

@@ -1,0 +1,184 @@
+package payments
+
+import (
+	"context"
+	"crypto/sha256"
+	"time"
+
+	"paysvc/internal/processor"
+)
+
+// Payment statuses (Stripe's vocabulary).
+const (
+	IntentRequiresPaymentMethod = "requires_payment_method"
+	IntentProcessing            = "processing"
+	IntentSucceeded             = "succeeded"
+	IntentCanceled              = "canceled"
+)
+
+// PaymentIntent is a payment: from a checkout session or the embedded flow.
+type PaymentIntent struct {
+	ID               string
+	Live             bool
+	Amount           int64
+	AmountReceived   int64
+	Currency         string
+	Status           string
+	Fee              int64
+	CustomerID       *string
+	CustomerName     *string
+	CustomerEmail    *string
+	Description      *string
+	Metadata         map[string]string
+	SessionID        *string
+	ClientSecretHash []byte
+	Source           *string
+	Device           *string
+	CardLast4        *string
+	LastDeclineCode  *string
+	SucceededAt      *time.Time
+	Created          time.Time
+}
+
+// IntentInput is the body of POST /v1/payment-intents.
+type IntentInput struct {
+	Amount             *int64            `json:"amount"`
+	Currency           *string           `json:"currency"`
+	Description        *string           `json:"description"`
+	CustomerEmail      *string           `json:"customer_email"`
+	PassFeesToCustomer *bool             `json:"pass_fees_to_customer"`
+	Metadata           map[string]string `json:"metadata"`
+	Source             *string           `json:"source"`
+	Device             *string           `json:"device"`
+}
+
+// IntentCreated are the six client values returned on creation.
+type IntentCreated struct {
+	ClientSecret    string `json:"client_secret"`
+	PaymentIntentID string `json:"payment_intent_id"`
+	PublishableKey  string `json:"publishable_key"`
+	AccountID       string `json:"processor_account"`
+	Amount          int64  `json:"amount"`
+	Currency        string `json:"currency"`
+}
+
+func (in *IntentInput) validate() (string, error) {
+	if err := checkAmount("amount", in.Amount); err != nil {
+		return "", err
+	}
+	cur, err := checkCurrency("currency", in.Currency)
+	if err != nil {
+		return "", err
+	}
+	for field, v := range map[string]*string{"description": in.Description, "source": in.Source, "device": in.Device} {
+		if err := checkText(field, v, false); err != nil {
+			return "", err
+		}
+	}
+	if in.CustomerEmail != nil {
+		if err := checkEmail("customer_email", *in.CustomerEmail); err != nil {
+			return "", err
+		}
+	}
+	return cur, checkMetadata(in.Metadata)
+}
+
+// HashClientSecret is the stored form of a client secret.
+func HashClientSecret(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
+}
+
+// CreateIntent creates an embedded payment intent; only the hash of its
+// client secret is kept. Codes: validation_error, processor_error.
+func (s *Service) CreateIntent(ctx context.Context, sc Scope, in IntentInput) (IntentCreated, error) {
+	cur, err := in.validate()
+	if err != nil {
+		return IntentCreated{}, err
+	}
+	now := s.now()
+	pi := PaymentIntent{
+		ID: NewID("pi_"), Live: sc.Live, Amount: *in.Amount, Currency: cur, Status: IntentRequiresPaymentMethod,
+		CustomerEmail: in.CustomerEmail, Description: in.Description, Metadata: mergeMetadata(nil, in.Metadata),
+		Source: in.Source, Device: in.Device, Created: now,
+	}
+	if in.PassFeesToCustomer != nil && *in.PassFeesToCustomer {
+		plan, err := s.store.MerchantPlan(ctx, sc.MerchantID)
+		if err != nil {
+			return IntentCreated{}, err
+		}
+		pi.Amount = GrossUp(plan, cur, pi.Amount)
+		if pi.Amount > MaxAmount {
+			return IntentCreated{}, Invalid("amount", "with fees passed on exceeds %d", MaxAmount)
+		}
+	}
+	cv, err := s.proc.CreatePaymentIntent(ctx, account(sc), processor.PaymentIntent{ID: pi.ID, Amount: pi.Amount, Currency: cur})
+	if err != nil {
+		return IntentCreated{}, err
+	}
+	pi.ClientSecretHash = HashClientSecret(cv.ClientSecret)
+	if err := s.store.CreateIntent(ctx, sc, pi); err != nil {
+		return IntentCreated{}, err
+	}
+	return IntentCreated{
+		ClientSecret: cv.ClientSecret, PaymentIntentID: pi.ID, PublishableKey: cv.PublishableKey,
+		AccountID: cv.AccountID, Amount: pi.Amount, Currency: cur,
+	}, nil
+}
+
+// TestPayments lists the test-mode payments. A live key gets validation_error.
+func (s *Service) TestPayments(ctx context.Context, sc Scope, lp ListParams) (Page[PaymentIntent], error) {
+	if sc.Live {
+		return Page[PaymentIntent]{}, Errorf(ValidationError, "GET /v1/test-payments requires a test-mode key (svc_test_…).")
+	}
+	return s.store.Payments(ctx, sc, lp)
+}
+
+// succeed marks a payment paid in full and fixes its fee.
+func (pi *PaymentIntent) succeed(plan Plan, o processor.Outcome, now time.Time) {
+	pi.Status = IntentSucceeded
+	pi.AmountReceived = pi.Amount
+	pi.Fee = Fee(plan, pi.Currency, pi.Amount)
+	pi.SucceededAt = &now
+	pi.LastDeclineCode = nil
+	if o.Last4 != "" {
+		pi.CardLast4 = &o.Last4
+	}
+}
+
+func (pi *PaymentIntent) decline(o processor.Outcome) {
+	pi.Status = IntentRequiresPaymentMethod
+	code := o.DeclineCode
+	pi.LastDeclineCode = &code
+	if o.Last4 != "" {
+		pi.CardLast4 = &o.Last4
+	}
+}
+
+// ErrAlreadyPaid is returned when a confirmation reaches a payment that
+// already succeeded: the caller shows success without charging again.
+var ErrAlreadyPaid = Errorf(ValidationError, "This payment has already succeeded.")
+
+// RecordIntentOutcome applies the processor's outcome of an embedded payment
+// confirmation, with its event, in one transaction. A payment that already
+// succeeded is left alone (ErrAlreadyPaid): confirming twice charges once.
+func (s *Service) RecordIntentOutcome(ctx context.Context, id string, o processor.Outcome) (PaymentIntent, error) {
+	return s.store.UpdateIntentByID(ctx, id, func(sc Scope, plan Plan, pi *PaymentIntent) ([]Event, error) {
+		if pi.Status == IntentSucceeded {
+			return nil, ErrAlreadyPaid
+		}
+		now := s.now()
+		if !o.Succeeded {
+			pi.decline(o)
+			return []Event{newEvent(EventPaymentFailed, pi.Object(), now)}, nil
+		}
+		pi.succeed(plan, o, now)
+		return []Event{newEvent(EventPaymentSucceeded, pi.Object(), now)}, nil
+	})
+}
+
+// IntentForConfirm reads a payment by id alone, for the processor's confirm
+// endpoint, which authenticates with the client secret. Codes: payment_not_found.
+func (s *Service) IntentForConfirm(ctx context.Context, id string) (Scope, PaymentIntent, error) {
+	return s.store.IntentByID(ctx, id)
+}

@@ -1,0 +1,74 @@
+// Package processor declares what the service needs from a card processor.
+// Implementations: sandbox (the built-in emulator) and, later, stripe. It
+// speaks the service's own terms: ids are ours, amounts are minor units, and
+// no adapter type leaks out.
+package processor
+
+import (
+	"context"
+	"fmt"
+)
+
+// Account identifies the merchant and mode a call acts for.
+type Account struct {
+	MerchantID string
+	Live       bool
+}
+
+// CheckoutSession is what a processor needs to host a checkout page.
+type CheckoutSession struct {
+	ID          string // our cs_ id, also the idempotency key
+	Currency    string
+	AmountTotal int64
+	SuccessURL  string
+	CancelURL   string
+}
+
+// HostedCheckout is the processor's answer: where to send the customer.
+type HostedCheckout struct {
+	URL string
+}
+
+// PaymentIntent is what a processor needs to take an embedded payment.
+type PaymentIntent struct {
+	ID       string // our pi_ id, also the idempotency key
+	Amount   int64
+	Currency string
+}
+
+// ClientValues are what the browser needs to confirm an embedded payment.
+// ClientSecret is shown once to the merchant's server and never stored.
+type ClientValues struct {
+	ClientSecret   string
+	PublishableKey string
+	AccountID      string
+}
+
+// Processor is a card processor. Every method returns *Error for a failure
+// the processor reported, which the API answers with 502 processor_error.
+type Processor interface {
+	CreateCheckoutSession(ctx context.Context, acct Account, s CheckoutSession) (HostedCheckout, error)
+	CreatePaymentIntent(ctx context.Context, acct Account, pi PaymentIntent) (ClientValues, error)
+}
+
+// Error is a failure reported by (or on the way to) the processor.
+type Error struct {
+	Op        string
+	Retryable bool   // a later retry may succeed (timeouts, 5xx, rate limits)
+	Code      string // the processor's code, for logs
+	Err       error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("processor %s: %s: %v", e.Op, e.Code, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Outcome of a card charge, as the processor reports it.
+type Outcome struct {
+	Succeeded   bool
+	DeclineCode string // card_declined, insufficient_funds, invalid_number …
+	Last4       string
+	Dispute     bool // the sandbox's 4000000000000259: succeeds, then a dispute opens
+}

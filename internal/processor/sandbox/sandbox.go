@@ -1,0 +1,126 @@
+// Package sandbox is the built-in card processor: an emulator of a
+// processor's test mode, stateful in PostgreSQL, so that the whole product
+// works on one machine with no outside network (decisions.md §5).
+package sandbox
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/processor"
+)
+
+// Test cards of decisions.md §5.
+const (
+	CardSuccess           = "4242424242424242"
+	CardDeclined          = "4000000000000002"
+	CardInsufficientFunds = "4000000000009995"
+	CardDispute           = "4000000000000259"
+)
+
+// Sandbox implements processor.Processor.
+type Sandbox struct {
+	db      *sqlx.DB
+	baseURL string
+}
+
+var _ processor.Processor = (*Sandbox)(nil)
+
+// New returns the sandbox; hosted pages are served under baseURL.
+func New(db *sqlx.DB, baseURL string) *Sandbox {
+	return &Sandbox{db: db, baseURL: strings.TrimRight(baseURL, "/")}
+}
+
+// CreateCheckoutSession hosts the session at {PUBLIC_BASE_URL}/checkout/{id}.
+func (s *Sandbox) CreateCheckoutSession(_ context.Context, _ processor.Account, cs processor.CheckoutSession) (processor.HostedCheckout, error) {
+	return processor.HostedCheckout{URL: s.baseURL + "/checkout/" + cs.ID}, nil
+}
+
+// CreatePaymentIntent returns the browser's values for an embedded payment:
+// a fresh client secret and the merchant's sandbox account and publishable key.
+func (s *Sandbox) CreatePaymentIntent(ctx context.Context, acct processor.Account, pi processor.PaymentIntent) (processor.ClientValues, error) {
+	a, err := s.Account(ctx, acct)
+	if err != nil {
+		return processor.ClientValues{}, err
+	}
+	return processor.ClientValues{
+		ClientSecret:   payments.NewID(pi.ID + "_secret_"),
+		PublishableKey: a.PublishableKey,
+		AccountID:      a.AccountID,
+	}, nil
+}
+
+// Account is a merchant's sandbox account in one mode.
+type Account struct {
+	AccountID      string `db:"account_id"`
+	PublishableKey string `db:"publishable_key"`
+}
+
+// Account returns (creating on first use) the merchant's sandbox account.
+func (s *Sandbox) Account(ctx context.Context, acct processor.Account) (Account, error) {
+	prefix := "pk_test_"
+	if acct.Live {
+		prefix = "pk_live_"
+	}
+	// DO UPDATE (a no-op) rather than DO NOTHING so RETURNING always yields
+	// the row, new or existing, in one round trip.
+	const q = `INSERT INTO sandbox_accounts (merchant_id, livemode, account_id, publishable_key) VALUES ($1, $2, $3, $4)
+	ON CONFLICT (merchant_id, livemode) DO UPDATE SET merchant_id = EXCLUDED.merchant_id
+	RETURNING account_id, publishable_key`
+	var a Account
+	if err := s.db.GetContext(ctx, &a, q, acct.MerchantID, acct.Live, payments.NewID("acct_"), payments.NewID(prefix)); err != nil {
+		return Account{}, &processor.Error{Op: "account", Retryable: true, Code: "sandbox_unavailable", Err: err}
+	}
+	return a, nil
+}
+
+// Charge decides a test card's outcome.
+func Charge(cardNumber string) processor.Outcome {
+	n := strings.NewReplacer(" ", "", "-", "").Replace(cardNumber)
+	o := processor.Outcome{}
+	if len(n) >= 4 {
+		o.Last4 = n[len(n)-4:]
+	}
+	switch n {
+	case CardSuccess:
+		o.Succeeded = true
+	case CardDispute:
+		o.Succeeded, o.Dispute = true, true
+	case CardDeclined:
+		o.DeclineCode = "card_declined"
+	case CardInsufficientFunds:
+		o.DeclineCode = "insufficient_funds"
+	default:
+		o.DeclineCode = "invalid_number"
+	}
+	return o
+}
+
+// ErrBadCredentials is a confirm call whose publishable key or client secret
+// does not belong to the payment.
+var ErrBadCredentials = errors.New("invalid publishable key or client secret")
+
+// CheckConfirm verifies that the publishable key is the account's of the
+// payment's merchant and mode and that the client secret hashes to the
+// stored one (compared in constant time).
+func (s *Sandbox) CheckConfirm(ctx context.Context, sc payments.Scope, pi payments.PaymentIntent, publishableKey, clientSecret string) error {
+	if pi.ClientSecretHash == nil {
+		return ErrBadCredentials // a checkout payment: confirmed on the hosted page only
+	}
+	a, err := s.Account(ctx, processor.Account{MerchantID: sc.MerchantID, Live: sc.Live})
+	if err != nil {
+		return fmt.Errorf("load account: %w", err)
+	}
+	keyOK := subtle.ConstantTimeCompare([]byte(a.PublishableKey), []byte(publishableKey))
+	secretOK := subtle.ConstantTimeCompare(pi.ClientSecretHash, payments.HashClientSecret(clientSecret))
+	if keyOK&secretOK != 1 {
+		return ErrBadCredentials
+	}
+	return nil
+}
