@@ -160,7 +160,14 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return fmt.Errorf("unexpected arguments: %d", fs.NArg())
+	}
+	// Ids are echoed in messages; a pasted key secret must never be.
+	if err := checkID("--merchant", *merchant, "mch_"); err != nil {
+		return err
+	}
+	if err := checkID("--id", *id, "key_"); err != nil {
+		return err
 	}
 	env, err := app.Setup(ctx, "cli", 2)
 	if err != nil {
@@ -218,6 +225,15 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 		})
 	}
 	return fmt.Errorf("unknown command %q", cmd)
+}
+
+// checkID refuses a value that is not an id of the given prefix without
+// repeating it: an operator may have pasted a key secret by mistake.
+func checkID(flag, v, prefix string) error {
+	if v == "" || strings.HasPrefix(v, prefix) {
+		return nil
+	}
+	return fmt.Errorf("%s takes an id (%s…); the value given is not one", flag, prefix)
 }
 
 func unixOrNil(t *time.Time) any {

@@ -34,6 +34,10 @@ func decodeJSON(body []byte, v any) error {
 	if err == nil {
 		return nil
 	}
+	var pe *payments.Error // from a type's own decoder, e.g. MetadataInput
+	if errors.As(err, &pe) {
+		return pe
+	}
 	var se *json.SemanticError
 	if errors.As(err, &se) {
 		field := fieldName(string(se.JSONPointer))

@@ -18,10 +18,10 @@ type Customer struct {
 
 // CustomerInput is the body of a customer create or update; nil means not given.
 type CustomerInput struct {
-	Email    *string           `json:"email"`
-	Name     *string           `json:"name"`
-	Phone    *string           `json:"phone"`
-	Metadata map[string]string `json:"metadata"`
+	Email    *string       `json:"email"`
+	Name     *string       `json:"name"`
+	Phone    *string       `json:"phone"`
+	Metadata MetadataInput `json:"metadata"`
 }
 
 func (in *CustomerInput) validate(create bool) error {

@@ -42,17 +42,17 @@ type PriceInput struct {
 
 // ProductInput is the body of a product create or update; nil means not given.
 type ProductInput struct {
-	Name                *string           `json:"name"`
-	Description         *string           `json:"description"`
-	Images              *[]string         `json:"images"`
-	Metadata            map[string]string `json:"metadata"`
-	Active              *bool             `json:"active"`
-	URL                 *string           `json:"url"`
-	Shippable           *bool             `json:"shippable"`
-	UnitLabel           *string           `json:"unit_label"`
-	StatementDescriptor *string           `json:"statement_descriptor"`
-	TaxCode             *string           `json:"tax_code"`
-	Price               *PriceInput       `json:"price"`
+	Name                *string       `json:"name"`
+	Description         *string       `json:"description"`
+	Images              *[]string     `json:"images"`
+	Metadata            MetadataInput `json:"metadata"`
+	Active              *bool         `json:"active"`
+	URL                 *string       `json:"url"`
+	Shippable           *bool         `json:"shippable"`
+	UnitLabel           *string       `json:"unit_label"`
+	StatementDescriptor *string       `json:"statement_descriptor"`
+	TaxCode             *string       `json:"tax_code"`
+	Price               *PriceInput   `json:"price"`
 }
 
 func (in *ProductInput) validate(create bool) error {

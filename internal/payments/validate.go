@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"encoding/json"
 	"net/mail"
 	"net/url"
 	"strings"
@@ -17,6 +18,32 @@ const (
 	maxStatementDescriptor = 22
 	maxTextLen             = 5000
 )
+
+// MetadataInput is metadata in a request body. JSON null values are refused
+// (the spec's metadata values are strings) rather than read as "", which an
+// update would take as "remove this key".
+type MetadataInput map[string]string
+
+// UnmarshalJSON decodes an object of string values.
+func (m *MetadataInput) UnmarshalJSON(b []byte) error {
+	var raw map[string]*string
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return Invalid("metadata", "must be an object of string values")
+	}
+	if raw == nil {
+		*m = nil
+		return nil
+	}
+	out := make(MetadataInput, len(raw))
+	for k, v := range raw {
+		if v == nil {
+			return Invalid("metadata."+k, "has the wrong type: expected a string")
+		}
+		out[k] = *v
+	}
+	*m = out
+	return nil
+}
 
 func checkMetadata(md map[string]string) error {
 	if len(md) > maxMetadataKeys {

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"paysvc/internal/tasks"
+	"paysvc/internal/testenv"
+)
+
+// freeAddr returns a loopback address nobody listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// waitReady polls the admin listener's /readyz until it answers 200; it fails
+// the test if run returns first or 15 s pass.
+func waitReady(t *testing.T, addr string, done <-chan error) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(15 * time.Second)
+	last := "no answer"
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned %v before /readyz answered 200 (last: %s)", err, last)
+		default:
+		}
+		res, err := client.Get("http://" + addr + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return
+			}
+			last = res.Status
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("GET /readyz: got %s for 15s, want 200", last)
+}
+
+// waitRun waits for run to return after ctx was cancelled.
+func waitRun(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return within 30s of cancellation, want a graceful stop")
+		return nil
+	}
+}
+
+func TestRunServesAndStopsGracefully(t *testing.T) {
+	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
+	t.Setenv("REDIS_URL", testenv.RedisURL(t))
+	addr := freeAddr(t)
+	t.Setenv("ADMIN_ADDR", addr)
+	redisOpt := testenv.RedisOpt(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	waitReady(t, addr, done)
+
+	// The worker processes maintenance tasks from the low queue.
+	client := asynq.NewClient(redisOpt)
+	defer client.Close()
+	info, err := client.Enqueue(tasks.NewPruneIdempotency(), asynq.Retention(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	insp := asynq.NewInspector(redisOpt)
+	defer insp.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ti, err := insp.GetTaskInfo(info.Queue, info.ID)
+		if err != nil {
+			t.Fatalf("task %s: %v", info.ID, err)
+		}
+		if ti.State == asynq.TaskStateCompleted {
+			break
+		}
+		if ti.State == asynq.TaskStateRetry || ti.State == asynq.TaskStateArchived {
+			t.Fatalf("task %s: got state %v (last error %q), want completed", info.ID, ti.State, ti.LastErr)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s: got state %v after 15s, want completed", info.ID, ti.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	servers, err := insp.Servers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(servers) != 1 {
+		t.Fatalf("while running: got %d asynq servers registered, want 1", len(servers))
+	}
+	for q := range tasks.Queues {
+		if _, ok := servers[0].Queues[q]; !ok {
+			t.Errorf("worker queues: got %v, want %q among them", servers[0].Queues, q)
+		}
+	}
+
+	cancel()
+	if err := waitRun(t, done); err != nil {
+		t.Errorf("run after cancel: got %v, want nil", err)
+	}
+	if res, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		res.Body.Close()
+		t.Errorf("after run returned: admin listener still answers (%s), want it closed", res.Status)
+	}
+	servers, err = insp.Servers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(servers) != 0 {
+		t.Errorf("after run returned: got %d asynq servers registered, want 0", len(servers))
+	}
+}
+
+func TestRunFailsWhenAdminAddrIsTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
+	t.Setenv("REDIS_URL", testenv.RedisURL(t))
+	t.Setenv("ADMIN_ADDR", l.Addr().String())
+
+	done := make(chan error, 1)
+	go func() { done <- run(context.Background()) }()
+	if err := waitRun(t, done); err == nil {
+		t.Error("run with ADMIN_ADDR in use: got nil, want an error")
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
+	t.Setenv("REDIS_URL", testenv.RedisURL(t))
+	t.Setenv("ADMIN_ADDR", freeAddr(t))
+	t.Setenv("RATE_LIMIT_PER_HOUR", "0")
+
+	done := make(chan error, 1)
+	go func() { done <- run(context.Background()) }()
+	err := waitRun(t, done)
+	if err == nil || !strings.Contains(err.Error(), "RATE_LIMIT_PER_HOUR") {
+		t.Errorf("run with RATE_LIMIT_PER_HOUR=0: got %v, want a configuration error naming RATE_LIMIT_PER_HOUR", err)
+	}
+}

@@ -1,0 +1,214 @@
+package config_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"paysvc/internal/config"
+)
+
+// env returns a getenv that reads only m.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// TestLoadDefaults checks that an empty environment gives the defaults of
+// decisions.md §1.
+func TestLoadDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(nil))
+	if err != nil {
+		t.Fatalf("Load(empty): got error %v, want nil", err)
+	}
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"DATABASE_URL", c.DatabaseURL, "postgres://postgres@127.0.0.1:5432/payments?sslmode=disable"},
+		{"REDIS_URL", c.RedisURL, "redis://127.0.0.1:6379/0"},
+		{"API_ADDR", c.APIAddr, ":8080"},
+		{"ADMIN_ADDR", c.AdminAddr, "127.0.0.1:8081"},
+		{"ADMIN_USER", c.AdminUser, ""},
+		{"ADMIN_PASSWORD", c.AdminPassword, ""},
+		{"PUBLIC_BASE_URL", c.PublicBaseURL, "http://localhost:8080"},
+		{"PROCESSOR", c.Processor, "sandbox"},
+		{"STRIPE_SECRET_KEY", c.StripeSecretKey, ""},
+		{"STRIPE_WEBHOOK_SECRET", c.StripeWebhookSecret, ""},
+		{"STRIPE_API_BASE", c.StripeAPIBase, ""},
+		{"SECRETS_KEY is the dev key", c.SecretsKeyIsDev, true},
+		{"SECRETS_KEY length", len(c.SecretsKey), 32},
+		{"RATE_LIMIT_PER_HOUR", c.RateLimitPerHour, 1000},
+		{"CHECKOUT_SESSION_TTL", c.CheckoutSessionTTL, 24 * time.Hour},
+		{"WEBHOOK_RETRY_BASE", c.WebhookRetryBase, 30 * time.Second},
+		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS", c.WebhookAllowPrivateNetworks, false},
+		{"WEBHOOK_TLS_INSECURE", c.WebhookTLSInsecure, false},
+		{"CONTENT_BLOCKLIST_FILE (built-in list)", c.ContentBlocklistFile, ""},
+		{"LOG_LEVEL", c.LogLevel, "info"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !reflect.DeepEqual(tt.got, tt.want) {
+				t.Errorf("got %#v, want %#v", tt.got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoadOverrides sets every variable to a valid non-default value and
+// checks that each reaches its field.
+func TestLoadOverrides(t *testing.T) {
+	t.Parallel()
+	blocklist := filepath.Join(t.TempDir(), "blocklist.txt")
+	if err := os.WriteFile(blocklist, []byte("forbidden\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key := bytes.Repeat([]byte{0xA5}, 32)
+	vars := map[string]string{
+		"DATABASE_URL":                   "postgresql://app@db.internal:5433/pay?sslmode=require",
+		"REDIS_URL":                      "redis://cache.internal:6380/3",
+		"API_ADDR":                       "0.0.0.0:9090",
+		"ADMIN_ADDR":                     "127.0.0.1:9091",
+		"ADMIN_USER":                     "ops",
+		"ADMIN_PASSWORD":                 "s3cret",
+		"PUBLIC_BASE_URL":                "https://pay.example.com/",
+		"PROCESSOR":                      "stripe",
+		"STRIPE_SECRET_KEY":              "sk_test_123",
+		"STRIPE_WEBHOOK_SECRET":          "whsec_456",
+		"STRIPE_API_BASE":                "http://127.0.0.1:12111",
+		"SECRETS_KEY":                    base64.StdEncoding.EncodeToString(key),
+		"RATE_LIMIT_PER_HOUR":            "50",
+		"CHECKOUT_SESSION_TTL":           "90m",
+		"WEBHOOK_RETRY_BASE":             "2s",
+		"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
+		"WEBHOOK_TLS_INSECURE":           "true",
+		"CONTENT_BLOCKLIST_FILE":         blocklist,
+		"LOG_LEVEL":                      "debug",
+	}
+	c, err := config.Load(env(vars))
+	if err != nil {
+		t.Fatalf("Load: got error %v, want nil", err)
+	}
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"DATABASE_URL", c.DatabaseURL, vars["DATABASE_URL"]},
+		{"REDIS_URL", c.RedisURL, vars["REDIS_URL"]},
+		{"API_ADDR", c.APIAddr, "0.0.0.0:9090"},
+		{"ADMIN_ADDR", c.AdminAddr, "127.0.0.1:9091"},
+		{"ADMIN_USER", c.AdminUser, "ops"},
+		{"ADMIN_PASSWORD", c.AdminPassword, "s3cret"},
+		{"PUBLIC_BASE_URL (trailing slash trimmed)", c.PublicBaseURL, "https://pay.example.com"},
+		{"PROCESSOR", c.Processor, "stripe"},
+		{"STRIPE_SECRET_KEY", c.StripeSecretKey, "sk_test_123"},
+		{"STRIPE_WEBHOOK_SECRET", c.StripeWebhookSecret, "whsec_456"},
+		{"STRIPE_API_BASE", c.StripeAPIBase, "http://127.0.0.1:12111"},
+		{"SECRETS_KEY", c.SecretsKey, key},
+		{"SECRETS_KEY is not the dev key", c.SecretsKeyIsDev, false},
+		{"RATE_LIMIT_PER_HOUR", c.RateLimitPerHour, 50},
+		{"CHECKOUT_SESSION_TTL", c.CheckoutSessionTTL, 90 * time.Minute},
+		{"WEBHOOK_RETRY_BASE", c.WebhookRetryBase, 2 * time.Second},
+		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS", c.WebhookAllowPrivateNetworks, true},
+		{"WEBHOOK_TLS_INSECURE", c.WebhookTLSInsecure, true},
+		{"CONTENT_BLOCKLIST_FILE", c.ContentBlocklistFile, blocklist},
+		{"LOG_LEVEL", c.LogLevel, "debug"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !reflect.DeepEqual(tt.got, tt.want) {
+				t.Errorf("got %#v, want %#v", tt.got, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoadBadValues checks that each bad value alone is reported, naming the
+// variable, and that nothing else is reported with it.
+func TestLoadBadValues(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		vars map[string]string
+		want string // the variable the error must name
+	}{
+		{"RATE_LIMIT_PER_HOUR zero", map[string]string{"RATE_LIMIT_PER_HOUR": "0"}, "RATE_LIMIT_PER_HOUR"},
+		{"RATE_LIMIT_PER_HOUR negative", map[string]string{"RATE_LIMIT_PER_HOUR": "-5"}, "RATE_LIMIT_PER_HOUR"},
+		{"RATE_LIMIT_PER_HOUR not a number", map[string]string{"RATE_LIMIT_PER_HOUR": "abc"}, "RATE_LIMIT_PER_HOUR"},
+		{"CHECKOUT_SESSION_TTL negative", map[string]string{"CHECKOUT_SESSION_TTL": "-1s"}, "CHECKOUT_SESSION_TTL"},
+		{"CHECKOUT_SESSION_TTL not a duration", map[string]string{"CHECKOUT_SESSION_TTL": "xyz"}, "CHECKOUT_SESSION_TTL"},
+		{"WEBHOOK_RETRY_BASE zero", map[string]string{"WEBHOOK_RETRY_BASE": "0s"}, "WEBHOOK_RETRY_BASE"},
+		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS not a bool", map[string]string{"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "maybe"}, "WEBHOOK_ALLOW_PRIVATE_NETWORKS"},
+		{"WEBHOOK_TLS_INSECURE not a bool", map[string]string{"WEBHOOK_TLS_INSECURE": "sometimes"}, "WEBHOOK_TLS_INSECURE"},
+		{"SECRETS_KEY not base64", map[string]string{"SECRETS_KEY": "not base64 at all!!"}, "SECRETS_KEY"},
+		{"SECRETS_KEY 16 bytes", map[string]string{"SECRETS_KEY": base64.StdEncoding.EncodeToString(make([]byte, 16))}, "SECRETS_KEY"},
+		{"SECRETS_KEY 33 bytes", map[string]string{"SECRETS_KEY": base64.StdEncoding.EncodeToString(make([]byte, 33))}, "SECRETS_KEY"},
+		{"PROCESSOR unknown", map[string]string{"PROCESSOR": "paypal"}, "PROCESSOR"},
+		{"PROCESSOR stripe without key", map[string]string{"PROCESSOR": "stripe"}, "STRIPE_SECRET_KEY"},
+		{"ADMIN_USER without ADMIN_PASSWORD", map[string]string{"ADMIN_USER": "ops"}, "ADMIN_PASSWORD"},
+		{"ADMIN_PASSWORD without ADMIN_USER", map[string]string{"ADMIN_PASSWORD": "pw"}, "ADMIN_USER"},
+		{"API_ADDR not an address", map[string]string{"API_ADDR": "nonsense"}, "API_ADDR"},
+		{"ADMIN_ADDR not an address", map[string]string{"ADMIN_ADDR": "nonsense"}, "ADMIN_ADDR"},
+		{"PUBLIC_BASE_URL ftp", map[string]string{"PUBLIC_BASE_URL": "ftp://x"}, "PUBLIC_BASE_URL"},
+		{"PUBLIC_BASE_URL relative", map[string]string{"PUBLIC_BASE_URL": "/pay"}, "PUBLIC_BASE_URL"},
+		{"DATABASE_URL mysql", map[string]string{"DATABASE_URL": "mysql://"}, "DATABASE_URL"},
+		{"REDIS_URL http", map[string]string{"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL"},
+		{"STRIPE_API_BASE relative", map[string]string{"STRIPE_API_BASE": "/v1"}, "STRIPE_API_BASE"},
+		{"CONTENT_BLOCKLIST_FILE missing", map[string]string{"CONTENT_BLOCKLIST_FILE": "/nonexistent"}, "CONTENT_BLOCKLIST_FILE"},
+		{"LOG_LEVEL unknown", map[string]string{"LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := config.Load(env(tt.vars))
+			if err == nil {
+				t.Fatalf("Load(%v): got nil error, want one naming %s", tt.vars, tt.want)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tt.want) {
+				t.Errorf("Load(%v): got error %q, want it to name %s", tt.vars, msg, tt.want)
+			}
+			if n := len(strings.Split(strings.TrimSpace(msg), "\n")); n != 1 {
+				t.Errorf("Load(%v): got %d problems reported (%q), want 1", tt.vars, n, msg)
+			}
+		})
+	}
+}
+
+// TestLoadReportsEveryBadValue checks that several bad values are reported
+// together, not only the first.
+func TestLoadReportsEveryBadValue(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{
+		"RATE_LIMIT_PER_HOUR":            "abc",
+		"CHECKOUT_SESSION_TTL":           "-1s",
+		"WEBHOOK_RETRY_BASE":             "0s",
+		"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "maybe",
+		"SECRETS_KEY":                    base64.StdEncoding.EncodeToString(make([]byte, 16)),
+		"PROCESSOR":                      "paypal",
+		"API_ADDR":                       "nonsense",
+		"PUBLIC_BASE_URL":                "ftp://x",
+		"DATABASE_URL":                   "mysql://",
+		"CONTENT_BLOCKLIST_FILE":         "/nonexistent",
+	}
+	_, err := config.Load(env(vars))
+	if err == nil {
+		t.Fatal("Load: got nil error, want every bad variable reported")
+	}
+	msg := err.Error()
+	for name := range vars {
+		if !strings.Contains(msg, name) {
+			t.Errorf("got error %q, want it to name %s", msg, name)
+		}
+	}
+	if n := len(strings.Split(strings.TrimSpace(msg), "\n")); n != len(vars) {
+		t.Errorf("got %d problems reported, want %d:\n%s", n, len(vars), msg)
+	}
+}

@@ -1,0 +1,171 @@
+package worker_test
+
+import (
+	"context"
+	"crypto/rand"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jmoiron/sqlx"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/tasks"
+	"paysvc/internal/testenv"
+	"paysvc/internal/worker"
+)
+
+func TestScheduleHasBothMaintenanceTasks(t *testing.T) {
+	t.Parallel()
+	var got []string
+	for spec, task := range worker.Schedule() {
+		if spec == "" {
+			t.Errorf("got an empty cron spec for %s, want one", task().Type())
+		}
+		tk := task()
+		got = append(got, tk.Type())
+	}
+	slices.Sort(got)
+	want := []string{tasks.TypePruneIdempotency, tasks.TypePruneViolations}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("Schedule() task types: got %v, want %v", got, want)
+	}
+}
+
+// insertMerchant inserts a merchant row directly and returns its id.
+func insertMerchant(t *testing.T, db *sqlx.DB) string {
+	t.Helper()
+	id := payments.NewID("mch_")
+	if _, err := db.Exec(`INSERT INTO merchants (id, name, plan) VALUES ($1, 'Worker test', 'free')`, id); err != nil {
+		t.Fatalf("insert merchant: %v", err)
+	}
+	return id
+}
+
+func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	redisOpt := testenv.RedisOpt(t)
+	mch := insertMerchant(t, db)
+	now := time.Now()
+
+	// Idempotency keys: expired ones go, live ones (also in flight) stay.
+	idem := []struct {
+		key       string
+		expiresAt time.Time
+		status    any
+		wantKept  bool
+	}{
+		{"expired-completed", now.Add(-time.Hour), 200, false},
+		{"expired-in-flight", now.Add(-time.Minute), nil, false},
+		{"expired-long-ago", now.Add(-30 * 24 * time.Hour), 201, false},
+		{"live-completed", now.Add(time.Hour), 200, true},
+		{"live-in-flight", now.Add(23 * time.Hour), nil, true},
+	}
+	for _, k := range idem {
+		hash := make([]byte, 32)
+		_, _ = rand.Read(hash)
+		_, err := db.Exec(`INSERT INTO idempotency_keys (merchant_id, livemode, key, request_hash, status, locked_at, expires_at)
+			VALUES ($1, false, $2, $3, $4, $5, $6)`, mch, k.key, hash, k.status, k.expiresAt.Add(-24*time.Hour), k.expiresAt)
+		if err != nil {
+			t.Fatalf("insert idempotency key %s: %v", k.key, err)
+		}
+	}
+
+	// Content violations: only those past the retention window go.
+	viol := []struct {
+		field    string
+		created  time.Time
+		wantKept bool
+	}{
+		{"old-test", now.Add(-payments.ViolationRetention - time.Hour), false},
+		{"very-old", now.Add(-payments.ViolationRetention - 30*24*time.Hour), false},
+		{"recent", now.Add(-time.Hour), true},
+		{"inside-window", now.Add(-payments.ViolationRetention + time.Hour), true},
+	}
+	for _, v := range viol {
+		if _, err := db.Exec(`INSERT INTO content_violations (merchant_id, livemode, field, created_at) VALUES ($1, false, $2, $3)`,
+			mch, v.field, v.created); err != nil {
+			t.Fatalf("insert violation %s: %v", v.field, err)
+		}
+	}
+
+	srv := asynq.NewServer(redisOpt, asynq.Config{
+		Concurrency:     2,
+		Queues:          tasks.Queues,
+		ShutdownTimeout: 5 * time.Second,
+		LogLevel:        asynq.WarnLevel,
+	})
+	mux := asynq.NewServeMux()
+	(&worker.Handlers{
+		Store: postgres.New(db),
+		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now:   time.Now,
+	}).Register(mux)
+	if err := srv.Start(mux); err != nil {
+		t.Fatalf("start asynq server: %v", err)
+	}
+	defer srv.Shutdown()
+
+	client := asynq.NewClient(redisOpt)
+	defer client.Close()
+	var ids []string
+	for _, task := range []*asynq.Task{tasks.NewPruneIdempotency(), tasks.NewPruneViolations()} {
+		// Retention keeps the completed task visible to the inspector.
+		info, err := client.Enqueue(task, asynq.Retention(time.Hour))
+		if err != nil {
+			t.Fatalf("enqueue %s: %v", task.Type(), err)
+		}
+		if info.Queue != tasks.QueueLow {
+			t.Errorf("%s: got queue %q, want %q", task.Type(), info.Queue, tasks.QueueLow)
+		}
+		ids = append(ids, info.ID)
+	}
+
+	insp := asynq.NewInspector(redisOpt)
+	defer insp.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for _, id := range ids {
+		for {
+			info, err := insp.GetTaskInfo(tasks.QueueLow, id)
+			if err != nil {
+				t.Fatalf("task %s: %v", id, err)
+			}
+			if info.State == asynq.TaskStateCompleted {
+				break
+			}
+			if info.State == asynq.TaskStateRetry || info.State == asynq.TaskStateArchived {
+				t.Fatalf("task %s (%s): got state %v (last error %q), want completed", id, info.Type, info.State, info.LastErr)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s (%s): got state %v after 15s, want completed", id, info.Type, info.State)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	ctx := context.Background()
+	for _, k := range idem {
+		var n int
+		if err := db.GetContext(ctx, &n, `SELECT count(*) FROM idempotency_keys WHERE merchant_id = $1 AND key = $2`, mch, k.key); err != nil {
+			t.Fatal(err)
+		}
+		if kept := n == 1; kept != k.wantKept {
+			t.Errorf("idempotency key %s (expires %s): got kept=%v, want %v", k.key, k.expiresAt.Format(time.RFC3339), kept, k.wantKept)
+		}
+	}
+	for _, v := range viol {
+		var n int
+		if err := db.GetContext(ctx, &n, `SELECT count(*) FROM content_violations WHERE merchant_id = $1 AND field = $2`, mch, v.field); err != nil {
+			t.Fatal(err)
+		}
+		if kept := n == 1; kept != v.wantKept {
+			t.Errorf("violation %s (created %s): got kept=%v, want %v", v.field, v.created.Format(time.RFC3339), kept, v.wantKept)
+		}
+	}
+}
