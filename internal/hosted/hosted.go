@@ -47,6 +47,9 @@ func New(svc *payments.Service, sb *sandbox.Sandbox, log *slog.Logger, now payme
 	if now == nil {
 		now = time.Now
 	}
+	if log == nil {
+		log = slog.Default()
+	}
 	return &Pages{svc: svc, sandbox: sb, log: log, now: now}
 }
 

@@ -15,9 +15,11 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"paysvc/internal/apispec/validate"
+	"paysvc/internal/hosted"
 	"paysvc/internal/httpapi"
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
+	"paysvc/internal/processor/sandbox"
 	"paysvc/internal/ratelimit"
 	"paysvc/internal/testenv"
 )
@@ -35,7 +37,8 @@ type harness struct {
 
 type harnessOpts struct {
 	ratePerHour int
-	blocklist   string // terms, one per line; empty = built-in list
+	blocklist   string        // terms, one per line; empty = built-in list
+	sessionTTL  time.Duration // checkout session lifetime; 0 = 24h
 }
 
 var (
@@ -58,14 +61,23 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := payments.NewService(store, bl, time.Now)
-	h := httpapi.New(httpapi.Deps{
+	// The sandbox needs the server's URL for hosted pages, so the handler is
+	// set after the server starts.
+	var handler http.Handler
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	t.Cleanup(srv.Close)
+	sb := sandbox.New(db, srv.URL)
+	ttl := o.sessionTTL
+	if ttl == 0 {
+		ttl = 24 * time.Hour
+	}
+	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(ttl))
+	handler = httpapi.New(httpapi.Deps{
 		Service: svc,
 		Store:   store,
 		Limiter: ratelimit.New(testenv.Redis(t), o.ratePerHour),
+		Pages:   hosted.New(svc, sb, nil, time.Now),
 	})
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
 	validatorOnce.Do(func() { validator, validatorErr = validate.New() })
 	if validatorErr != nil {
 		t.Fatalf("openapi validator: %v", validatorErr)

@@ -42,14 +42,14 @@ type PaymentIntent struct {
 
 // IntentInput is the body of POST /v1/payment-intents.
 type IntentInput struct {
-	Amount             *int64            `json:"amount"`
-	Currency           *string           `json:"currency"`
-	Description        *string           `json:"description"`
-	CustomerEmail      *string           `json:"customer_email"`
-	PassFeesToCustomer *bool             `json:"pass_fees_to_customer"`
-	Metadata           map[string]string `json:"metadata"`
-	Source             *string           `json:"source"`
-	Device             *string           `json:"device"`
+	Amount             *int64        `json:"amount"`
+	Currency           *string       `json:"currency"`
+	Description        *string       `json:"description"`
+	CustomerEmail      *string       `json:"customer_email"`
+	PassFeesToCustomer *bool         `json:"pass_fees_to_customer"`
+	Metadata           MetadataInput `json:"metadata"`
+	Source             *string       `json:"source"`
+	Device             *string       `json:"device"`
 }
 
 // IntentCreated are the six client values returned on creation.

@@ -113,7 +113,7 @@ type SessionInput struct {
 	CustomerID               *string               `json:"customer_id"`
 	CustomerEmail            *string               `json:"customer_email"`
 	PassFeesToCustomer       *bool                 `json:"pass_fees_to_customer"`
-	Metadata                 map[string]string     `json:"metadata"`
+	Metadata                 MetadataInput         `json:"metadata"`
 	CollectShippingAddress   *bool                 `json:"collect_shipping_address"`
 	BillingAddressCollection *string               `json:"billing_address_collection"`
 	ShippingCountries        []string              `json:"shipping_countries"`
