@@ -413,6 +413,16 @@ ORDER BY created_at DESC, id DESC LIMIT 11;"
 	scenario "$LIST_BIG" GET '/v1/products?limit=10' "" page
 	SCENARIO_KEY=$KEY_1K scenario "$LIST_SMALL" GET '/v1/products?limit=10' "" page
 
+	# Payments: a session selling a seeded price, and an embedded intent.
+	local price session intent
+	price=$(psql "$DATABASE_URL" -Atc "SELECT default_price_id FROM products WHERE id = '$(head -n 1 "$IDS")'")
+	session='{"line_items":[{"price_id":"'"$price"'","quantity":2}],"success_url":"https://shop.example/ok?s={CHECKOUT_SESSION_ID}","cancel_url":"https://shop.example/cancel","metadata":{"order":"{n}"}}'
+	intent='{"amount":2500,"currency":"usd","metadata":{"order":"{n}"}}'
+	smoke POST /v1/payment-sessions "$session"
+	smoke POST /v1/payment-intents "$intent"
+	scenario "POST /v1/payment-sessions" POST /v1/payment-sessions "$session" insert
+	scenario "POST /v1/payment-intents" POST /v1/payment-intents "$intent" insert
+
 	report
 }
 
