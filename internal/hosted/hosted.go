@@ -126,7 +126,7 @@ type itemView struct {
 }
 
 type optionView struct {
-	Label, Amount string
+	Label, Amount, Total string
 }
 
 type checkoutView struct {
@@ -144,7 +144,7 @@ type checkoutView struct {
 
 func (p *Pages) view(cs payments.CheckoutSession, f checkoutForm, errs map[string]string, msg string) checkoutView {
 	v := checkoutView{
-		Title: "Checkout", Merchant: "the merchant", ID: cs.ID, Total: formatMoney(cs.AmountTotal, cs.Currency),
+		Title: "Checkout", Merchant: cs.MerchantName, ID: cs.ID, Total: formatMoney(cs.AmountTotal, cs.Currency),
 		Shipping: cs.CollectShipping, Billing: cs.BillingAddressCollection != nil && *cs.BillingAddressCollection == "required",
 		Countries: cs.ShippingCountries, CancelURL: cs.CancelURL, Form: f, Errs: errs, Error: msg,
 	}
@@ -154,8 +154,13 @@ func (p *Pages) view(cs payments.CheckoutSession, f checkoutForm, errs map[strin
 	if cs.PassFees {
 		v.Fees = formatMoney(cs.AmountTotal-cs.AmountSubtotal, cs.Currency)
 	}
+	// The page has no script, so each option states the total it leads to.
 	for _, o := range cs.ShippingOptions {
-		v.Options = append(v.Options, optionView{Label: o.Label, Amount: formatMoney(o.Amount, cs.Currency)})
+		total := cs.AmountSubtotal + o.Amount
+		if cs.PassFees {
+			total = payments.GrossUp(cs.MerchantPlan, cs.Currency, total)
+		}
+		v.Options = append(v.Options, optionView{Label: o.Label, Amount: formatMoney(o.Amount, cs.Currency), Total: formatMoney(total, cs.Currency)})
 	}
 	if f.Email == "" && cs.CustomerEmail != nil {
 		v.Form.Email = *cs.CustomerEmail

@@ -87,6 +87,8 @@ type CheckoutSession struct {
 	ExpiresAt                time.Time
 	CompletedAt              *time.Time
 	Created                  time.Time
+	MerchantName             string // for the hosted page; set by SessionForCheckout
+	MerchantPlan             Plan
 }
 
 // LineItemInput is a line of a session create body: price_id, or amount +

@@ -46,6 +46,8 @@ type sessionRow struct {
 	ExpiresAt         time.Time      `db:"expires_at"`
 	CompletedAt       sql.NullTime   `db:"completed_at"`
 	CreatedAt         time.Time      `db:"created_at"`
+	MerchantName      sql.NullString `db:"merchant_name"` // only read for the hosted page
+	MerchantPlan      sql.NullString `db:"merchant_plan"`
 }
 
 func (r sessionRow) scope() payments.Scope {
@@ -59,7 +61,8 @@ func (r sessionRow) session() (payments.CheckoutSession, error) {
 		CustomerID: strPtr(r.CustomerID), CustomerEmail: strPtr(r.CustomerEmail), SuccessURL: r.SuccessURL,
 		CancelURL: r.CancelURL, CollectShipping: r.CollectShipping, BillingAddressCollection: strPtr(r.Billing),
 		PaymentIntentID: strPtr(r.PaymentIntentID), SubscriptionID: strPtr(r.SubscriptionID),
-		ExpiresAt: r.ExpiresAt, CompletedAt: timePtr(r.CompletedAt), Created: r.CreatedAt,
+		ExpiresAt: r.ExpiresAt, CompletedAt: timePtr(r.CompletedAt), Created: r.CreatedAt, MerchantName: r.MerchantName.String,
+		MerchantPlan: payments.Plan(r.MerchantPlan.String),
 	}
 	for _, f := range []struct {
 		raw []byte
@@ -155,7 +158,9 @@ func (s *Store) Session(ctx context.Context, sc payments.Scope, id string) (paym
 
 // SessionByID reads a session by id alone, for the public hosted page.
 func (s *Store) SessionByID(ctx context.Context, id string) (payments.CheckoutSession, error) {
-	q := `SELECT ` + sessionCols + ` FROM checkout_sessions WHERE id = $1`
+	q := `SELECT ` + sessionCols + `, m.merchant_name, m.merchant_plan FROM checkout_sessions s,
+		LATERAL (SELECT name AS merchant_name, plan AS merchant_plan FROM merchants WHERE merchants.id = s.merchant_id) m
+	WHERE s.id = $1`
 	var r sessionRow
 	err := s.db.GetContext(ctx, &r, q, id)
 	if errors.Is(err, sql.ErrNoRows) {
