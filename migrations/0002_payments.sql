@@ -70,6 +70,8 @@ CREATE UNIQUE INDEX payment_intents_session ON payment_intents (session_id) WHER
 -- (transactional outbox); delivery reads them from here.
 CREATE TABLE events (
     id          text PRIMARY KEY,
+    -- The order events were written in; created_at ties within a transaction.
+    seq         bigint GENERATED ALWAYS AS IDENTITY,
     merchant_id text NOT NULL REFERENCES merchants (id),
     livemode    boolean NOT NULL,
     type        text NOT NULL,

@@ -24,6 +24,7 @@ import (
 	"paysvc/internal/postgres"
 	"paysvc/internal/processor/sandbox"
 	"paysvc/internal/ratelimit"
+	"paysvc/internal/secrets"
 )
 
 const usage = `usage:
@@ -102,12 +103,17 @@ func serve(ctx context.Context) error {
 	sb := sandbox.New(env.DB, env.Config.PublicBaseURL)
 	svc := payments.NewService(env.Store, blocklist, time.Now,
 		payments.WithProcessor(sb), payments.WithSessionTTL(env.Config.CheckoutSessionTTL))
+	box, err := secrets.New(env.Config.SecretsKey)
+	if err != nil {
+		return err
+	}
 	api := httpapi.New(httpapi.Deps{
 		Service: svc,
 		Store:   env.Store,
 		Limiter: ratelimit.New(env.Redis, env.Config.RateLimitPerHour),
 		Log:     env.Log,
 		Pages:   hosted.New(svc, sb, env.Log, time.Now),
+		Secrets: box,
 	})
 	srv := &http.Server{
 		Addr:              env.Config.APIAddr,

@@ -30,6 +30,7 @@ import (
 	"paysvc/internal/postgres"
 	"paysvc/internal/processor/sandbox"
 	"paysvc/internal/ratelimit"
+	"paysvc/internal/secrets"
 	"paysvc/internal/testenv"
 )
 
@@ -72,12 +73,17 @@ func newStack(t *testing.T, sessionTTL time.Duration) *stack {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
 	sb := sandbox.New(db, srv.URL)
+	box, err := secrets.New(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
 	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(sessionTTL))
 	handler = httpapi.New(httpapi.Deps{
 		Service: svc,
 		Store:   store,
 		Limiter: ratelimit.New(testenv.Redis(t), 100000),
 		Pages:   hosted.New(svc, sb, nil, time.Now),
+		Secrets: box,
 	})
 	return &stack{t: t, url: srv.URL, svc: svc}
 }

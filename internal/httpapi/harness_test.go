@@ -21,6 +21,7 @@ import (
 	"paysvc/internal/postgres"
 	"paysvc/internal/processor/sandbox"
 	"paysvc/internal/ratelimit"
+	"paysvc/internal/secrets"
 	"paysvc/internal/testenv"
 )
 
@@ -40,6 +41,9 @@ type harnessOpts struct {
 	blocklist   string        // terms, one per line; empty = built-in list
 	sessionTTL  time.Duration // checkout session lifetime; 0 = 24h
 }
+
+// testBox seals stored responses in tests with a fixed key.
+var testBox, _ = secrets.New(bytes.Repeat([]byte{42}, 32))
 
 var (
 	validatorOnce sync.Once
@@ -77,6 +81,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		Store:   store,
 		Limiter: ratelimit.New(testenv.Redis(t), o.ratePerHour),
 		Pages:   hosted.New(svc, sb, nil, time.Now),
+		Secrets: testBox,
 	})
 	validatorOnce.Do(func() { validator, validatorErr = validate.New() })
 	if validatorErr != nil {

@@ -175,12 +175,17 @@ func (s *Server) idempotency(c *gin.Context) {
 			s.abortWith(c, payments.ValidationError, "Keys for idempotent requests can only be used with the same parameters they were first used with.")
 			return
 		case rec.Status.Valid:
+			body, err := s.box.Open(rec.Response, idempotencyAAD(sc, key))
+			if err != nil {
+				s.writeError(c, fmt.Errorf("open stored idempotent response: %w", err))
+				return
+			}
 			h := c.Writer.Header()
 			h.Set("Idempotent-Replayed", "true")
 			if rec.RequestID.Valid {
 				h.Set("X-Request-Id", rec.RequestID.String)
 			}
-			c.Data(int(rec.Status.Int32), "application/json; charset=utf-8", rec.Response)
+			c.Data(int(rec.Status.Int32), "application/json; charset=utf-8", body)
 			c.Abort()
 			return
 		}
@@ -211,11 +216,17 @@ func (s *Server) runOwned(c *gin.Context, sc payments.Scope, key string) {
 	if status := w.Status(); status >= 500 {
 		err = s.store.ReleaseIdempotent(ctx, sc, key)
 	} else {
-		err = s.store.CompleteIdempotent(ctx, sc, key, status, w.buf.Bytes(), requestID(c))
+		sealed := s.box.Seal(w.buf.Bytes(), idempotencyAAD(sc, key))
+		err = s.store.CompleteIdempotent(ctx, sc, key, status, sealed, requestID(c))
 	}
 	if err != nil {
 		s.log.ErrorContext(ctx, "idempotency record not saved", append(logAttrs(c), "error", err)...)
 	}
+}
+
+// idempotencyAAD binds a sealed response to its merchant, mode and key.
+func idempotencyAAD(sc payments.Scope, key string) []byte {
+	return []byte(fmt.Sprintf("idempotency\x00%s\x00%t\x00%s", sc.MerchantID, sc.Live, key))
 }
 
 // requestHash identifies a request by method, path and body; JSON bodies

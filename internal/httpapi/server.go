@@ -16,6 +16,7 @@ import (
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/ratelimit"
+	"paysvc/internal/secrets"
 )
 
 // APIVersion is sent in X-API-Version on every response.
@@ -32,6 +33,7 @@ type Deps struct {
 	Log     *slog.Logger
 	Now     payments.Clock
 	Pages   *hosted.Pages // hosted checkout and sandbox pages, when served
+	Secrets *secrets.Box  // seals stored idempotent responses (they may hold a client secret)
 }
 
 // Server holds the handlers' dependencies.
@@ -41,6 +43,7 @@ type Server struct {
 	limiter *ratelimit.Limiter
 	log     *slog.Logger
 	now     payments.Clock
+	box     *secrets.Box
 }
 
 // New returns the API's http.Handler.
@@ -51,7 +54,10 @@ func New(d Deps) http.Handler {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now}
+	if d.Secrets == nil {
+		panic("httpapi: Deps.Secrets is required")
+	}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now, box: d.Secrets}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

@@ -32,11 +32,11 @@ type StoredEvent struct {
 	Payload []byte `db:"payload"`
 }
 
-// Events returns the scope's events, oldest first (for tests and delivery).
+// Events returns the scope's events in the order they were written.
 func (s *Store) Events(ctx context.Context, sc payments.Scope) ([]StoredEvent, error) {
 	const q = `SELECT id, type, json_build_object('id', id, 'type', type, 'created', extract(epoch from created_at)::bigint,
 		'livemode', livemode, 'data', data)::text AS payload
-	FROM events WHERE merchant_id = $1 AND livemode = $2 ORDER BY created_at, id`
+	FROM events WHERE merchant_id = $1 AND livemode = $2 ORDER BY seq`
 	var out []StoredEvent
 	if err := s.db.SelectContext(ctx, &out, q, sc.MerchantID, sc.Live); err != nil {
 		return nil, fmt.Errorf("select events: %w", err)

@@ -170,6 +170,8 @@ func TestDocumentBuilds(t *testing.T) {
 		"GET /v1/products/{id}": true, "PUT /v1/products/{id}": true, "DELETE /v1/products/{id}": true,
 		"POST /v1/customers": true, "GET /v1/customers": true,
 		"GET /v1/customers/{id}": true, "PUT /v1/customers/{id}": true, "DELETE /v1/customers/{id}": true,
+		"POST /v1/payment-sessions": true, "GET /v1/payment-sessions/{id}": true,
+		"POST /v1/payment-intents": true, "GET /v1/test-payments": true,
 		"GET /v1/openapi.yaml": true,
 	}
 	got := map[string]bool{}
