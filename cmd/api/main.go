@@ -101,12 +101,15 @@ func serve(ctx context.Context) error {
 		return fmt.Errorf("PROCESSOR=%s: only the sandbox processor is available in this version", env.Config.Processor)
 	}
 	sb := sandbox.New(env.DB, env.Config.PublicBaseURL)
-	svc := payments.NewService(env.Store, blocklist, time.Now,
-		payments.WithProcessor(sb), payments.WithSessionTTL(env.Config.CheckoutSessionTTL))
 	box, err := secrets.New(env.Config.SecretsKey)
 	if err != nil {
 		return err
 	}
+	_, closeQueue := env.Enqueuer()
+	defer closeQueue()
+	svc := payments.NewService(env.Store, blocklist, time.Now,
+		payments.WithProcessor(sb), payments.WithSessionTTL(env.Config.CheckoutSessionTTL),
+		payments.WithSecrets(box), payments.WithEndpointCheck(env.EndpointCheck()))
 	api := httpapi.New(httpapi.Deps{
 		Service: svc,
 		Store:   env.Store,

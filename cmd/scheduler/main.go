@@ -1,6 +1,6 @@
 // Command scheduler enqueues periodic work (expiring sessions, pruning
-// idempotency keys and old content-violation counts) and, in later issues,
-// relays stranded outbox rows back into the queue.
+// idempotency keys and old content-violation counts) and runs the outbox
+// relay, which re-enqueues webhook deliveries whose task vanished.
 package main
 
 import (
@@ -29,6 +29,13 @@ func main() {
 	}
 }
 
+// The relay looks for stranded deliveries every relayEvery; a pending
+// delivery counts as stranded relayGrace after its attempt was due.
+const (
+	relayEvery = 10 * time.Second
+	relayGrace = 30 * time.Second
+)
+
 func run(ctx context.Context) error {
 	env, err := app.Setup(ctx, "scheduler", 4)
 	if err != nil {
@@ -51,8 +58,15 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("start scheduler: %w", err)
 	}
 
+	enq, closeQueue := env.Enqueuer()
+	defer closeQueue()
+
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return admin.Serve(gctx, env.Config.AdminAddr, admin.Handler(*env.Admin()), env.Log) })
+	g.Go(func() error {
+		worker.Relay(gctx, env.Store, enq, relayEvery, relayGrace, env.Log)
+		return nil
+	})
 	err = g.Wait()
 	sched.Shutdown()
 	env.Log.Info("stopped")

@@ -16,7 +16,9 @@ import (
 	"paysvc/internal/admin"
 	"paysvc/internal/app"
 	"paysvc/internal/payments"
+	"paysvc/internal/secrets"
 	"paysvc/internal/tasks"
+	"paysvc/internal/webhook"
 	"paysvc/internal/worker"
 )
 
@@ -37,8 +39,17 @@ func run(ctx context.Context) error {
 	}
 	defer env.Close()
 
+	box, err := secrets.New(env.Config.SecretsKey)
+	if err != nil {
+		return err
+	}
+	_, closeQueue := env.Enqueuer() // expiring sessions writes events with deliveries
+	defer closeQueue()
 	srv := asynq.NewServer(env.RedisOpt, asynq.Config{
-		Concurrency:     20,
+		// Deliveries mostly wait on receivers, so concurrency is well above
+		// the core count.
+		Concurrency:     50,
+		RetryDelayFunc:  tasks.RetryDelay(env.Config.WebhookRetryBase),
 		Queues:          tasks.Queues,
 		ShutdownTimeout: 20 * time.Second,
 		Logger:          app.AsynqLogger{Log: env.Log},
@@ -46,6 +57,14 @@ func run(ctx context.Context) error {
 	mux := asynq.NewServeMux()
 	svc := payments.NewService(env.Store, nil, time.Now, payments.WithSessionTTL(env.Config.CheckoutSessionTTL))
 	(&worker.Handlers{Service: svc, Store: env.Store, Log: env.Log, Now: time.Now}).Register(mux)
+	(&worker.Deliverer{
+		Store:     env.Store,
+		Sealer:    box,
+		Client:    webhook.NewClient(webhook.Options{AllowPrivateNetworks: env.Config.WebhookAllowPrivateNetworks, InsecureTLS: env.Config.WebhookTLSInsecure}),
+		RetryBase: env.Config.WebhookRetryBase,
+		Log:       env.Log,
+		Now:       time.Now,
+	}).Register(mux)
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start asynq server: %w", err)
 	}

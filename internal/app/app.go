@@ -17,6 +17,8 @@ import (
 	"paysvc/internal/admin"
 	"paysvc/internal/config"
 	"paysvc/internal/postgres"
+	"paysvc/internal/tasks"
+	"paysvc/internal/webhook"
 )
 
 // Env is a process's connections and configuration.
@@ -88,4 +90,32 @@ func (e *Env) Admin() *admin.Options {
 // SignalContext is cancelled on SIGINT or SIGTERM: the start of a graceful stop.
 func SignalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// Enqueuer connects an Asynq client and has the store enqueue the webhook
+// deliveries of every transaction after it commits. Call the returned
+// function at shutdown.
+func (e *Env) Enqueuer() (*tasks.Enqueuer, func()) {
+	client := asynq.NewClient(e.RedisOpt)
+	enq := &tasks.Enqueuer{Client: client, Log: e.Log}
+	e.Store.OnDeliveries(func(ctx context.Context, ds []postgres.DeliveryRef) {
+		// The request may be ending; the rows are committed either way.
+		enq.EnqueueDeliveries(context.WithoutCancel(ctx), DeliveryTasks(ds))
+	})
+	return enq, func() { client.Close() }
+}
+
+// DeliveryTasks converts delivery references to task payloads.
+func DeliveryTasks(ds []postgres.DeliveryRef) []tasks.DeliverWebhook {
+	out := make([]tasks.DeliverWebhook, len(ds))
+	for i, d := range ds {
+		out[i] = tasks.DeliverWebhook{MerchantID: d.MerchantID, Live: d.Live, DeliveryID: d.ID}
+	}
+	return out
+}
+
+// EndpointCheck is the registration check of webhook URLs for this config.
+func (e *Env) EndpointCheck() func(ctx context.Context, rawURL string) error {
+	allow := e.Config.WebhookAllowPrivateNetworks
+	return func(ctx context.Context, rawURL string) error { return webhook.CheckURL(ctx, rawURL, allow) }
 }

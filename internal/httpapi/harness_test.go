@@ -23,6 +23,7 @@ import (
 	"paysvc/internal/ratelimit"
 	"paysvc/internal/secrets"
 	"paysvc/internal/testenv"
+	"paysvc/internal/webhook"
 )
 
 // harness is a real API server over httptest, on a real PostgreSQL database
@@ -40,6 +41,8 @@ type harnessOpts struct {
 	ratePerHour int
 	blocklist   string        // terms, one per line; empty = built-in list
 	sessionTTL  time.Duration // checkout session lifetime; 0 = 24h
+	// allowPrivateWebhooks lets endpoints point at loopback receivers.
+	allowPrivateWebhooks bool
 }
 
 // testBox seals stored responses in tests with a fixed key.
@@ -75,7 +78,10 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if ttl == 0 {
 		ttl = 24 * time.Hour
 	}
-	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(ttl))
+	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(ttl),
+		payments.WithSecrets(testBox), payments.WithEndpointCheck(func(ctx context.Context, u string) error {
+			return webhook.CheckURL(ctx, u, o.allowPrivateWebhooks)
+		}))
 	handler = httpapi.New(httpapi.Deps{
 		Service: svc,
 		Store:   store,

@@ -95,6 +95,10 @@ func New(d Deps) http.Handler {
 	v1.POST("/payment-intents", s.wrap(s.createIntent))
 	v1.GET("/test-payments", s.wrap(s.listTestPayments))
 
+	v1.POST("/webhook-endpoints", s.wrap(s.createEndpoint))
+	v1.GET("/webhook-endpoints", s.wrap(s.listEndpoints))
+	v1.DELETE("/webhook-endpoints/:id", s.wrap(s.deleteEndpoint))
+
 	if d.Pages != nil {
 		d.Pages.Register(r)
 	}

@@ -56,6 +56,12 @@ type Store interface {
 	Payments(ctx context.Context, sc Scope, lp ListParams) (Page[PaymentIntent], error)
 	// IntentByID reads a payment by id alone, with its scope.
 	IntentByID(ctx context.Context, id string) (Scope, PaymentIntent, error)
+
+	// CreateEndpoint inserts an endpoint unless the scope has max already.
+	CreateEndpoint(ctx context.Context, sc Scope, e Endpoint, sealedSecret []byte, max int) error
+	Endpoints(ctx context.Context, sc Scope) ([]Endpoint, error)
+	// DeleteEndpoint marks it deleted and fails its pending deliveries.
+	DeleteEndpoint(ctx context.Context, sc Scope, id string, now time.Time) error
 }
 
 // Service holds the use cases.
@@ -65,6 +71,9 @@ type Service struct {
 	now        Clock
 	proc       processor.Processor
 	sessionTTL time.Duration
+	sealer     Sealer
+	// checkEndpoint vets a webhook URL at registration (SSRF); nil allows all.
+	checkEndpoint func(ctx context.Context, rawURL string) error
 }
 
 // Option configures a Service.

@@ -100,7 +100,7 @@ func (s *Store) Customers(ctx context.Context, sc payments.Scope, lp payments.Li
 // UpdateCustomer locks the customer, applies fn and saves the result.
 func (s *Store) UpdateCustomer(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Customer) error) (payments.Customer, error) {
 	var c payments.Customer
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		var err error
 		if c, err = s.customer(ctx, tx, sc, id, " FOR UPDATE"); err != nil {
 			return err

@@ -127,7 +127,7 @@ func (s *Store) IntentByID(ctx context.Context, id string) (payments.Scope, paym
 // fn's events in one transaction.
 func (s *Store) UpdateIntentByID(ctx context.Context, id string, fn func(payments.Scope, payments.Plan, *payments.PaymentIntent) ([]payments.Event, error)) (payments.PaymentIntent, error) {
 	var pi payments.PaymentIntent
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		var r intentRow
 		err := tx.GetContext(ctx, &r, `SELECT `+intentCols+` FROM payment_intents WHERE id = $1 FOR UPDATE`, id)
 		if errors.Is(err, sql.ErrNoRows) {

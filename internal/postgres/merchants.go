@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"paysvc/internal/payments"
 )
 
@@ -75,7 +73,7 @@ func (s *Store) UnsuspendMerchant(ctx context.Context, id string, now time.Time)
 // lockMerchant takes the merchant's row lock: it serializes key creation and
 // violation counting per merchant so that concurrent requests cannot both
 // slip under a limit.
-func lockMerchant(ctx context.Context, tx *sqlx.Tx, id string) error {
+func lockMerchant(ctx context.Context, tx *txn, id string) error {
 	var got string
 	err := tx.GetContext(ctx, &got, `SELECT id FROM merchants WHERE id = $1 FOR UPDATE`, id)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -89,7 +87,7 @@ func lockMerchant(ctx context.Context, tx *sqlx.Tx, id string) error {
 
 // CreateKey inserts a key when check accepts the merchant's current counts.
 func (s *Store) CreateKey(ctx context.Context, k payments.APIKey, hash []byte, check func(payments.KeyCounts) error) error {
-	return s.inTx(ctx, func(tx *sqlx.Tx) error {
+	return s.inTx(ctx, func(tx *txn) error {
 		if err := lockMerchant(ctx, tx, k.MerchantID); err != nil {
 			return err
 		}
@@ -169,7 +167,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash []byte) (payments.KeyAuth, e
 // RecordViolation stores a violation and suspends the merchant at threshold.
 func (s *Store) RecordViolation(ctx context.Context, sc payments.Scope, field string, now, since time.Time, threshold int) (bool, error) {
 	var suspended bool
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		if err := lockMerchant(ctx, tx, sc.MerchantID); err != nil {
 			return err
 		}

@@ -140,7 +140,7 @@ func (s *Store) Products(ctx context.Context, sc payments.Scope, lp payments.Lis
 // UpdateProduct locks the product, applies fn and saves the result.
 func (s *Store) UpdateProduct(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Product) error) (payments.Product, error) {
 	var p payments.Product
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		var err error
 		if p, err = s.product(ctx, tx, sc, id, " FOR UPDATE OF p"); err != nil {
 			return err

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"paysvc/internal/payments"
 )
 
@@ -172,7 +170,7 @@ func (s *Store) SessionByID(ctx context.Context, id string) (payments.CheckoutSe
 	return r.session()
 }
 
-func updateSession(ctx context.Context, tx *sqlx.Tx, sc payments.Scope, cs payments.CheckoutSession) error {
+func updateSession(ctx context.Context, tx *txn, sc payments.Scope, cs payments.CheckoutSession) error {
 	const q = `UPDATE checkout_sessions SET status = $4, payment_status = $5, amount_total = $6, customer_email = $7,
 		shipping_details = $8, billing_details = $9, payment_intent_id = $10, completed_at = $11
 	WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
@@ -189,7 +187,7 @@ func updateSession(ctx context.Context, tx *sqlx.Tx, sc payments.Scope, cs payme
 // concurrent submits, so the second sees the first's outcome.
 func (s *Store) PayCheckout(ctx context.Context, sessionID string, fn func(payments.Scope, payments.Plan, *payments.CheckoutSession, *payments.PaymentIntent) ([]payments.Event, error)) (payments.CheckoutSession, error) {
 	var cs payments.CheckoutSession
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		q := `SELECT ` + sessionCols + ` FROM checkout_sessions WHERE id = $1 FOR UPDATE`
 		var r sessionRow
 		err := tx.GetContext(ctx, &r, q, sessionID)
@@ -238,7 +236,7 @@ func (s *Store) PayCheckout(ctx context.Context, sessionID string, fn func(payme
 // sweep pass over a session that a customer is paying right now.
 func (s *Store) ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(*payments.CheckoutSession) []payments.Event) (int, error) {
 	n := 0
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *txn) error {
 		q := `SELECT ` + sessionCols + ` FROM checkout_sessions WHERE status = 'open' AND expires_at <= $1
 		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`
 		var rows []sessionRow

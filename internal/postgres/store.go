@@ -21,6 +21,19 @@ import (
 // Store is the PostgreSQL store.
 type Store struct {
 	db *sqlx.DB
+	// onDeliveries is told the webhook deliveries a transaction created,
+	// after it commits (it enqueues them). Losing the call loses nothing:
+	// the scheduler's relay finds pending deliveries in the table.
+	onDeliveries func(ctx context.Context, ds []DeliveryRef)
+}
+
+// OnDeliveries sets the hook told of new webhook deliveries after commit.
+func (s *Store) OnDeliveries(fn func(ctx context.Context, ds []DeliveryRef)) { s.onDeliveries = fn }
+
+// txn is a transaction and what it created that must be acted on after commit.
+type txn struct {
+	*sqlx.Tx
+	deliveries []DeliveryRef
 }
 
 // New returns a Store on db.
@@ -61,17 +74,21 @@ func Open(ctx context.Context, dsn string, maxConns int) (*sqlx.DB, error) {
 func (s *Store) DB() *sqlx.DB { return s.db }
 
 // inTx runs fn in a transaction, committing when it returns nil.
-func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	tx, err := s.db.BeginTxx(ctx, nil)
+func (s *Store) inTx(ctx context.Context, fn func(tx *txn) error) error {
+	sqltx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	tx := &txn{Tx: sqltx}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	if err := fn(tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	if len(tx.deliveries) > 0 && s.onDeliveries != nil {
+		s.onDeliveries(ctx, tx.deliveries)
 	}
 	return nil
 }

@@ -1,0 +1,228 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"paysvc/internal/payments"
+)
+
+type endpointRow struct {
+	MerchantID          string         `db:"merchant_id"`
+	Live                bool           `db:"livemode"`
+	ID                  string         `db:"id"`
+	URL                 string         `db:"url"`
+	Events              []byte         `db:"events"`
+	Description         sql.NullString `db:"description"`
+	Status              string         `db:"status"`
+	SecretSealed        []byte         `db:"secret_sealed"`
+	ConsecutiveFailures int            `db:"consecutive_failures"`
+	DeletedAt           sql.NullTime   `db:"deleted_at"`
+	CreatedAt           time.Time      `db:"created_at"`
+}
+
+const endpointCols = `merchant_id, livemode, id, url, events, description, status, secret_sealed, consecutive_failures, deleted_at, created_at`
+
+func (r endpointRow) endpoint() (payments.Endpoint, error) {
+	e := payments.Endpoint{ID: r.ID, Live: r.Live, URL: r.URL, Description: strPtr(r.Description), Status: r.Status, Created: r.CreatedAt}
+	if err := json.Unmarshal(r.Events, &e.Events); err != nil {
+		return e, fmt.Errorf("decode events of %s: %w", r.ID, err)
+	}
+	return e, nil
+}
+
+// CreateEndpoint inserts an endpoint when the scope has fewer than max.
+func (s *Store) CreateEndpoint(ctx context.Context, sc payments.Scope, e payments.Endpoint, sealed []byte, max int) error {
+	return s.inTx(ctx, func(tx *txn) error {
+		if err := lockMerchant(ctx, tx, sc.MerchantID); err != nil {
+			return err
+		}
+		var n int
+		const count = `SELECT count(*) FROM webhook_endpoints WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL`
+		if err := tx.GetContext(ctx, &n, count, sc.MerchantID, sc.Live); err != nil {
+			return fmt.Errorf("count endpoints: %w", err)
+		}
+		if n >= max {
+			return payments.Invalid("url", "cannot be added: at most %d webhook endpoints per mode; delete one first", max)
+		}
+		const q = `INSERT INTO webhook_endpoints (merchant_id, livemode, id, url, events, description, status, secret_sealed, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+		_, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, e.ID, e.URL, jsonb(e.Events), e.Description, e.Status, sealed, e.Created)
+		if err != nil {
+			return fmt.Errorf("insert endpoint: %w", err)
+		}
+		return nil
+	})
+}
+
+// Endpoints lists the scope's endpoints that are not deleted, newest first.
+func (s *Store) Endpoints(ctx context.Context, sc payments.Scope) ([]payments.Endpoint, error) {
+	q := `SELECT ` + endpointCols + ` FROM webhook_endpoints WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL
+	ORDER BY created_at DESC, id DESC`
+	var rows []endpointRow
+	if err := s.db.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live); err != nil {
+		return nil, fmt.Errorf("select endpoints: %w", err)
+	}
+	out := make([]payments.Endpoint, 0, len(rows))
+	for _, r := range rows {
+		e, err := r.endpoint()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// DeleteEndpoint marks the endpoint deleted and fails its pending deliveries.
+func (s *Store) DeleteEndpoint(ctx context.Context, sc payments.Scope, id string, now time.Time) error {
+	return s.inTx(ctx, func(tx *txn) error {
+		const q = `UPDATE webhook_endpoints SET deleted_at = $4
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND deleted_at IS NULL`
+		res, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, id, now)
+		if err != nil {
+			return fmt.Errorf("delete endpoint: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return payments.Errorf(payments.EndpointNotFound, "No such webhook endpoint: '%s'", id)
+		}
+		const fail = `UPDATE webhook_deliveries SET status = 'failed', last_error = 'endpoint deleted'
+		WHERE merchant_id = $1 AND livemode = $2 AND endpoint_id = $3 AND status = 'pending'`
+		if _, err := tx.ExecContext(ctx, fail, sc.MerchantID, sc.Live, id); err != nil {
+			return fmt.Errorf("cancel deliveries: %w", err)
+		}
+		return nil
+	})
+}
+
+// Delivery is what the worker needs to send one delivery.
+type Delivery struct {
+	ID           string `db:"id"`
+	MerchantID   string `db:"merchant_id"`
+	Live         bool   `db:"livemode"`
+	Status       string `db:"status"`
+	Attempts     int    `db:"attempts"`
+	EventID      string `db:"event_id"`
+	EventType    string `db:"event_type"`
+	Payload      []byte `db:"payload"`
+	EndpointID   string `db:"endpoint_id"`
+	URL          string `db:"url"`
+	SecretSealed []byte `db:"secret_sealed"`
+	EndpointOK   bool   `db:"endpoint_ok"` // enabled and not deleted
+}
+
+// ErrNoDelivery is a task whose delivery row does not exist.
+var ErrNoDelivery = errors.New("no such delivery")
+
+// DeliveryForSend loads a delivery with its event's payload (the exact bytes
+// to send and sign) and its endpoint.
+func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id string) (Delivery, error) {
+	const q = `SELECT d.id, d.merchant_id, d.livemode, d.status, d.attempts, e.id AS event_id, e.type AS event_type,
+		json_build_object('id', e.id, 'type', e.type, 'created', extract(epoch from e.created_at)::bigint,
+			'livemode', e.livemode, 'data', e.data)::text AS payload,
+		we.id AS endpoint_id, we.url, we.secret_sealed, (we.status = 'enabled' AND we.deleted_at IS NULL) AS endpoint_ok
+	FROM webhook_deliveries d
+	JOIN events e ON e.id = d.event_id
+	JOIN webhook_endpoints we ON we.id = d.endpoint_id
+	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.id = $3`
+	var d Delivery
+	err := s.db.GetContext(ctx, &d, q, sc.MerchantID, sc.Live, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return d, ErrNoDelivery
+	}
+	if err != nil {
+		return d, fmt.Errorf("select delivery: %w", err)
+	}
+	return d, nil
+}
+
+// DeliveryResult is the outcome of one attempt.
+type DeliveryResult struct {
+	OK          bool
+	HTTPStatus  int    // 0 when no response
+	Error       string // short, for operators; never a secret
+	NextAttempt time.Time
+	Final       bool // no retry will follow: a failure is final
+}
+
+// MaxConsecutiveFailures disables an endpoint.
+const MaxConsecutiveFailures = 10
+
+// RecordAttempt stores an attempt's outcome on the delivery and its
+// endpoint's failure count in one transaction: a success resets the count;
+// the 10th consecutive failure disables the endpoint. It returns whether the
+// endpoint is (now) disabled.
+func (s *Store) RecordAttempt(ctx context.Context, d Delivery, r DeliveryResult, now time.Time) (disabled bool, err error) {
+	err = s.inTx(ctx, func(tx *txn) error {
+		status := "pending"
+		switch {
+		case r.OK:
+			status = "succeeded"
+		case r.Final:
+			status = "failed"
+		}
+		const upd = `UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, last_status = $5,
+			last_error = $6, next_attempt_at = $7, delivered_at = CASE WHEN $4 = 'succeeded' THEN $8::timestamptz END
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
+		var lastStatus *int
+		if r.HTTPStatus != 0 {
+			lastStatus = &r.HTTPStatus
+		}
+		if _, err := tx.ExecContext(ctx, upd, d.MerchantID, d.Live, d.ID, status, lastStatus, nullIfEmpty(r.Error), r.NextAttempt, now); err != nil {
+			return fmt.Errorf("record attempt: %w", err)
+		}
+		if r.OK {
+			_, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET consecutive_failures = 0
+				WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, d.MerchantID, d.Live, d.EndpointID)
+			return err
+		}
+		const fail = `UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1,
+			status = CASE WHEN consecutive_failures + 1 >= $4 THEN 'disabled' ELSE status END
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 RETURNING status = 'disabled'`
+		if err := tx.GetContext(ctx, &disabled, fail, d.MerchantID, d.Live, d.EndpointID, MaxConsecutiveFailures); err != nil {
+			return fmt.Errorf("count endpoint failure: %w", err)
+		}
+		return nil
+	})
+	return disabled, err
+}
+
+// FailDelivery marks a delivery failed without an attempt (endpoint gone).
+func (s *Store) FailDelivery(ctx context.Context, d Delivery, reason string) error {
+	const q = `UPDATE webhook_deliveries SET status = 'failed', last_error = $4
+	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND status = 'pending'`
+	if _, err := s.db.ExecContext(ctx, q, d.MerchantID, d.Live, d.ID, reason); err != nil {
+		return fmt.Errorf("fail delivery: %w", err)
+	}
+	return nil
+}
+
+// DeliveryRef names a delivery and its scope: what a delivery task carries.
+type DeliveryRef struct {
+	ID         string `db:"id"`
+	MerchantID string `db:"merchant_id"`
+	Live       bool   `db:"livemode"`
+}
+
+// OverdueDeliveries returns pending deliveries whose next attempt is before
+// `before`: their task may have vanished (Redis lost, crash after commit).
+func (s *Store) OverdueDeliveries(ctx context.Context, before time.Time, limit int) ([]DeliveryRef, error) {
+	const q = `SELECT id, merchant_id, livemode FROM webhook_deliveries
+	WHERE status = 'pending' AND next_attempt_at < $1 ORDER BY next_attempt_at LIMIT $2`
+	var out []DeliveryRef
+	if err := s.db.SelectContext(ctx, &out, q, before, limit); err != nil {
+		return nil, fmt.Errorf("select overdue deliveries: %w", err)
+	}
+	return out, nil
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

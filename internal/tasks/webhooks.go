@@ -1,0 +1,85 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// TypeDeliverWebhook sends one webhook delivery.
+const TypeDeliverWebhook = "webhook:deliver"
+
+// DeliverWebhook is the payload of a delivery task.
+type DeliverWebhook struct {
+	MerchantID string `json:"merchant_id"`
+	Live       bool   `json:"livemode"`
+	DeliveryID string `json:"delivery_id"`
+}
+
+// DeliveryMaxRetry with a 30 s base doubling to a 12 h cap spreads retries
+// over about three days (decisions.md §4).
+const (
+	DeliveryMaxRetry = 16
+	deliveryMaxDelay = 12 * time.Hour
+)
+
+// NewDeliverWebhook builds the task; its TaskID is the delivery id, so the
+// API and the relay can both enqueue it and it is queued at most once.
+func NewDeliverWebhook(p DeliverWebhook) *asynq.Task {
+	b, _ := json.Marshal(p)
+	return asynq.NewTask(TypeDeliverWebhook, b, asynq.TaskID(p.DeliveryID), asynq.Queue(QueueDefault),
+		asynq.MaxRetry(DeliveryMaxRetry), asynq.Timeout(30*time.Second), asynq.Retention(24*time.Hour))
+}
+
+// DeliveryDelay is the wait before retry n (n = 1 for the first retry):
+// base·2^(n−1), capped at 12 h, with ±10 % jitter so that a receiver coming
+// back up is not hit by every retry at once.
+func DeliveryDelay(base time.Duration, n int) time.Duration {
+	d := base
+	for i := 1; i < n && d < deliveryMaxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, deliveryMaxDelay)
+	jitter := time.Duration(float64(d) * (rand.Float64()*0.2 - 0.1))
+	return d + jitter
+}
+
+// RetryDelay is the worker's asynq.RetryDelayFunc: deliveries back off from
+// base; other tasks use asynq's default.
+func RetryDelay(base time.Duration) asynq.RetryDelayFunc {
+	return func(n int, err error, t *asynq.Task) time.Duration {
+		if t.Type() == TypeDeliverWebhook {
+			return DeliveryDelay(base, n)
+		}
+		return asynq.DefaultRetryDelayFunc(n, err, t)
+	}
+}
+
+// Enqueuer puts tasks on the queues.
+type Enqueuer struct {
+	Client *asynq.Client
+	Log    *slog.Logger
+}
+
+// EnqueueDeliveries enqueues delivery tasks after their transaction
+// committed. A task already queued (ErrTaskIDConflict) is fine; any other
+// failure is only logged: the row stays pending and the relay enqueues it.
+func (e *Enqueuer) EnqueueDeliveries(ctx context.Context, ds []DeliverWebhook) int {
+	n := 0
+	for _, d := range ds {
+		_, err := e.Client.EnqueueContext(ctx, NewDeliverWebhook(d))
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, asynq.ErrTaskIDConflict):
+		default:
+			e.Log.WarnContext(ctx, "enqueue webhook delivery; the relay will retry", "delivery", d.DeliveryID, "error", err)
+		}
+	}
+	return n
+}

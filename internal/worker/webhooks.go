@@ -1,0 +1,169 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/tasks"
+	"paysvc/internal/webhook"
+)
+
+// Deliverer sends webhook deliveries.
+type Deliverer struct {
+	Store     *postgres.Store
+	Sealer    payments.Sealer
+	Client    *http.Client
+	RetryBase time.Duration
+	Log       *slog.Logger
+	Now       payments.Clock
+}
+
+// Register adds the delivery handler to mux.
+func (d *Deliverer) Register(mux *asynq.ServeMux) {
+	mux.HandleFunc(tasks.TypeDeliverWebhook, d.deliver)
+}
+
+// deliver makes one attempt. It is safe to run twice for one delivery
+// (at-least-once): a delivery that is no longer pending is left alone.
+func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
+	var p tasks.DeliverWebhook
+	if err := json.Unmarshal(t.Payload(), &p); err != nil || p.DeliveryID == "" {
+		return fmt.Errorf("bad payload: %v: %w", err, asynq.SkipRetry)
+	}
+	sc := payments.Scope{MerchantID: p.MerchantID, Live: p.Live}
+	del, err := d.Store.DeliveryForSend(ctx, sc, p.DeliveryID)
+	if errors.Is(err, postgres.ErrNoDelivery) {
+		return fmt.Errorf("delivery %s: %w", p.DeliveryID, asynq.SkipRetry)
+	}
+	if err != nil {
+		return err
+	}
+	if del.Status != "pending" {
+		return nil // delivered, failed or cancelled already
+	}
+	if !del.EndpointOK {
+		if err := d.Store.FailDelivery(ctx, del, "endpoint disabled"); err != nil {
+			return err
+		}
+		return fmt.Errorf("endpoint %s is disabled: %w", del.EndpointID, asynq.SkipRetry)
+	}
+	secret, err := d.Sealer.Open(del.SecretSealed, payments.EndpointAAD(del.EndpointID))
+	if err != nil {
+		d.Log.ErrorContext(ctx, "webhook secret does not open: was SECRETS_KEY changed?", "endpoint", del.EndpointID)
+		return fmt.Errorf("endpoint %s secret: %w", del.EndpointID, asynq.SkipRetry)
+	}
+
+	status, sendErr := d.send(ctx, del, string(secret))
+	retry, _ := asynq.GetRetryCount(ctx)
+	maxRetry, ok := asynq.GetMaxRetry(ctx)
+	if !ok {
+		maxRetry = tasks.DeliveryMaxRetry
+	}
+	now := d.Now()
+	res := postgres.DeliveryResult{
+		OK:          sendErr == nil,
+		HTTPStatus:  status,
+		NextAttempt: now.Add(tasks.DeliveryDelay(d.RetryBase, retry+1)),
+		Final:       sendErr != nil && retry >= maxRetry,
+	}
+	if sendErr != nil {
+		res.Error = sendErr.Error()
+	}
+	disabled, err := d.Store.RecordAttempt(ctx, del, res, now)
+	if err != nil {
+		return err
+	}
+	log := d.Log.With("delivery", del.ID, "event", del.EventID, "endpoint", del.EndpointID, "merchant_id", del.MerchantID,
+		"livemode", del.Live, "attempt", retry+1)
+	if res.OK {
+		log.DebugContext(ctx, "webhook delivered", "status", status)
+		return nil
+	}
+	log.InfoContext(ctx, "webhook delivery failed", "status", status, "error", res.Error)
+	if disabled {
+		if err := d.Store.FailDelivery(ctx, del, "endpoint disabled after consecutive failures"); err != nil {
+			return err
+		}
+		log.WarnContext(ctx, "webhook endpoint disabled after consecutive failures", "failures", postgres.MaxConsecutiveFailures)
+		return fmt.Errorf("%s; endpoint disabled: %w", res.Error, asynq.SkipRetry)
+	}
+	return errors.New(res.Error)
+}
+
+// send POSTs the exact bytes it signs. A 2xx within the timeout is success.
+func (d *Deliverer) send(ctx context.Context, del postgres.Delivery, secret string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, webhook.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, del.URL, bytes.NewReader(del.Payload))
+	if err != nil {
+		return 0, fmt.Errorf("build request: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "paysvc-webhooks/1")
+	req.Header.Set(webhook.SignatureHeader, webhook.Sign(secret, del.Payload))
+	req.Header.Set(webhook.EventIDHeader, del.EventID)
+	req.Header.Set(webhook.EventTypeHeader, del.EventType)
+	resp, err := d.Client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("send: %v", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // drain so the connection is reused
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, fmt.Errorf("receiver answered %d", resp.StatusCode)
+	}
+	return resp.StatusCode, nil
+}
+
+// Relay re-enqueues pending deliveries whose attempt is overdue by more than
+// grace: their task vanished (Redis flushed or lost, or the process died
+// between commit and enqueue). Enqueueing a task that still exists is a
+// no-op (its TaskID is the delivery id). It runs until ctx ends.
+func Relay(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, every, grace time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if n, err := RelayOnce(ctx, store, enq, grace); err != nil {
+			log.WarnContext(ctx, "outbox relay", "error", err)
+		} else if n > 0 {
+			log.InfoContext(ctx, "outbox relay re-enqueued stranded deliveries", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RelayOnce runs one pass of the relay and returns how many tasks it enqueued.
+// A pass looks at the most overdue relayBatch deliveries; a larger backlog
+// is worked through on the following passes.
+func RelayOnce(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, grace time.Duration) (int, error) {
+	ds, err := store.OverdueDeliveries(ctx, time.Now().Add(-grace), relayBatch)
+	if err != nil {
+		return 0, err
+	}
+	return enq.EnqueueDeliveries(ctx, toTasks(ds)), nil
+}
+
+const relayBatch = 1000
+
+func toTasks(ds []postgres.DeliveryRef) []tasks.DeliverWebhook {
+	out := make([]tasks.DeliverWebhook, len(ds))
+	for i, d := range ds {
+		out[i] = tasks.DeliverWebhook{MerchantID: d.MerchantID, Live: d.Live, DeliveryID: d.ID}
+	}
+	return out
+}
