@@ -44,6 +44,8 @@ BENCH_API_PORT=${BENCH_API_PORT:-18080}
 BENCH_ADMIN_PORT=${BENCH_ADMIN_PORT:-18081}
 # Scenarios whose error rate is above this (percent) make the run invalid.
 BENCH_MAX_ERROR_PCT=${BENCH_MAX_ERROR_PCT:-1}
+BENCH_WEBHOOK_EVENTS=${BENCH_WEBHOOK_EVENTS:-10000}
+BENCH_WEBHOOK_RATE=${BENCH_WEBHOOK_RATE:-200}
 
 export DATABASE_URL="$BENCH_PG/$BENCH_DB?sslmode=disable"
 export REDIS_URL="$BENCH_REDIS_URL"
@@ -54,11 +56,13 @@ OUT=$(mktemp -d "${TMPDIR:-/tmp}/paysvc-bench.XXXXXX")
 RESULTS="$OUT/results.jsonl"   # one JSON line per measurement
 : >"$RESULTS"
 API_PID=""
+WORKER_PID=""
 
 log() { printf '\n== %s\n' "$*" >&2; }
 die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 
 cleanup() {
+	[[ -n $WORKER_PID ]] && kill -KILL "$WORKER_PID" 2>/dev/null || true
 	if [[ -n "$API_PID" ]] && kill -0 "$API_PID" 2>/dev/null; then
 		kill -TERM "$API_PID" 2>/dev/null || true
 		for _ in $(seq 50); do kill -0 "$API_PID" 2>/dev/null || break; sleep 0.2; done
@@ -180,7 +184,7 @@ seed() {
 
 start_api() {
 	log "starting bin/api serve on $API"
-	RATE_LIMIT_PER_HOUR=1000000000 API_ADDR="127.0.0.1:$BENCH_API_PORT" \
+	WEBHOOK_ALLOW_PRIVATE_NETWORKS=true RATE_LIMIT_PER_HOUR=1000000000 API_ADDR="127.0.0.1:$BENCH_API_PORT" \
 		ADMIN_ADDR="127.0.0.1:$BENCH_ADMIN_PORT" GIN_MODE=release \
 		bin/api serve >"$OUT/api.log" 2>&1 &
 	API_PID=$!
@@ -332,6 +336,25 @@ failing() {
 	' "$RESULTS"
 }
 
+# Webhook delivery: bin/worker delivering to in-process HTTPS receivers
+# (internal/tools/webhookbench), events made through the API.
+webhooks() {
+	log "webhook delivery: $BENCH_WEBHOOK_EVENTS events x 5 receivers, then ${BENCH_WEBHOOK_RATE}/s for $SECS s"
+	WEBHOOK_ALLOW_PRIVATE_NETWORKS=true WEBHOOK_TLS_INSECURE=true ADMIN_ADDR="127.0.0.1:$((BENCH_ADMIN_PORT + 1))" \
+		bin/worker >"$OUT/worker.log" 2>&1 &
+	WORKER_PID=$!
+	go build -o bin/webhookbench ./internal/tools/webhookbench
+	bin/webhookbench -api "$API" -key "$KEY" -receivers 5 -events "$BENCH_WEBHOOK_EVENTS" \
+		-rate "$BENCH_WEBHOOK_RATE" -duration "${SECS}s" -json >"$OUT/webhooks.json"
+	kill -TERM "$WORKER_PID" 2>/dev/null || true
+	wait "$WORKER_PID" 2>/dev/null || true
+	WORKER_PID=""
+}
+
+webhook_table() {
+	jq -r '"\n| webhook delivery | figure |\n|---|---:|\n| \(.events) events × \(.receivers) receivers, deliveries/s | \(.deliveries_per_s | floor) |\n| event-to-receipt p50 ms @ \(.rate) events/s | \(.p50_ms * 10 | round / 10) |\n| event-to-receipt p99 ms @ \(.rate) events/s | \(.p99_ms * 10 | round / 10) |\n\nAims: ≥ 2,000 deliveries/s, p99 < 100 ms."' "$OUT/webhooks.json"
+}
+
 report() {
 	local date table detail cmp bad block
 	date=$(date -u '+%Y-%m-%d %H:%M UTC')
@@ -346,6 +369,7 @@ report() {
 		printf '%s\n' "$table"
 		[[ -n $cmp ]] && printf '\n%s\n' "$cmp"
 		printf '\nAims: POST ≥ 40%% of the raw insert, GET ≥ 50%% of the raw select, p99 < 10 ms at 1,000 req/s, list page as fast at 1,000,000 rows as at 1,000. Every figure: `deploy/bench/results.md`.\n'
+		[[ -s $OUT/webhooks.json ]] && webhook_table
 	)
 
 	{
@@ -423,6 +447,7 @@ ORDER BY created_at DESC, id DESC LIMIT 11;"
 	scenario "POST /v1/payment-sessions" POST /v1/payment-sessions "$session" insert
 	scenario "POST /v1/payment-intents" POST /v1/payment-intents "$intent" insert
 
+	webhooks
 	report
 }
 
