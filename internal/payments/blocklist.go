@@ -107,8 +107,12 @@ func (s *Service) screen(ctx context.Context, sc Scope, fields map[string]*strin
 			continue
 		}
 		now := s.now()
-		if _, err := s.store.RecordViolation(ctx, sc, field, now, now.Add(-violationWindow), violationThreshold); err != nil {
+		suspended, err := s.store.RecordViolation(ctx, sc, field, now, now.Add(-violationWindow), violationThreshold)
+		if err != nil {
 			return fmt.Errorf("record content violation: %w", err)
+		}
+		if suspended {
+			s.auth.forget(sc.MerchantID, "")
 		}
 		return Errorf(ProhibitedContent, "The %s contains content that violates the acceptable use policy.", field)
 	}

@@ -123,7 +123,9 @@ func (s *Service) CreateKey(ctx context.Context, merchantID string, live bool, e
 
 // RevokeKey revokes a key; requests with it then fail with key_revoked.
 func (s *Service) RevokeKey(ctx context.Context, id string) (APIKey, error) {
-	return s.store.RevokeKey(ctx, id, s.now())
+	k, err := s.store.RevokeKey(ctx, id, s.now())
+	s.auth.forget("", id)
+	return k, err
 }
 
 // Authenticate turns a raw API key into the scope it acts for. It returns
@@ -132,9 +134,14 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Scope, APIKey, 
 	if !strings.HasPrefix(raw, testKeyPrefix) && !strings.HasPrefix(raw, liveKeyPrefix) {
 		return Scope{}, APIKey{}, errUnauthorized
 	}
-	a, err := s.store.KeyByHash(ctx, HashKey(raw))
-	if err != nil {
-		return Scope{}, APIKey{}, err
+	hash := HashKey(raw)
+	a, ok := s.auth.get(hash, s.now())
+	if !ok {
+		var err error
+		if a, err = s.store.KeyByHash(ctx, hash); err != nil {
+			return Scope{}, APIKey{}, err
+		}
+		s.auth.put(hash, a, s.now())
 	}
 	switch {
 	case a.Key.RevokedAt != nil:
@@ -180,5 +187,7 @@ func (s *Service) CreateMerchant(ctx context.Context, name, email string, plan P
 
 // UnsuspendMerchant lifts a suspension; violations before now stop counting.
 func (s *Service) UnsuspendMerchant(ctx context.Context, id string) (Merchant, error) {
-	return s.store.UnsuspendMerchant(ctx, id, s.now())
+	m, err := s.store.UnsuspendMerchant(ctx, id, s.now())
+	s.auth.forget(id, "")
+	return m, err
 }

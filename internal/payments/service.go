@@ -72,6 +72,7 @@ type Service struct {
 	proc       processor.Processor
 	sessionTTL time.Duration
 	sealer     Sealer
+	auth       *authCache
 	// checkEndpoint vets a webhook URL at registration (SSRF); nil allows all.
 	checkEndpoint func(ctx context.Context, rawURL string) error
 }
@@ -90,7 +91,7 @@ func NewService(store Store, blocklist *Blocklist, now Clock, opts ...Option) *S
 	if now == nil {
 		now = time.Now
 	}
-	s := &Service{store: store, blocklist: blocklist, now: now, sessionTTL: 24 * time.Hour}
+	s := &Service{store: store, blocklist: blocklist, now: now, sessionTTL: 24 * time.Hour, auth: &authCache{ttl: time.Second}}
 	for _, o := range opts {
 		o(s)
 	}

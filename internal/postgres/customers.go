@@ -39,7 +39,7 @@ func (r customerRow) customer() (payments.Customer, error) {
 func (s *Store) CreateCustomer(ctx context.Context, sc payments.Scope, c payments.Customer) error {
 	const q = `INSERT INTO customers (merchant_id, livemode, id, email, name, phone, metadata, created_at, updated_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`
-	_, err := s.db.ExecContext(ctx, q, sc.MerchantID, sc.Live, c.ID, c.Email, c.Name, c.Phone, jsonb(c.Metadata), c.Created)
+	_, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, c.ID, c.Email, c.Name, c.Phone, jsonb(c.Metadata), c.Created)
 	if err != nil {
 		return fmt.Errorf("insert customer: %w", err)
 	}
@@ -48,7 +48,7 @@ func (s *Store) CreateCustomer(ctx context.Context, sc payments.Scope, c payment
 
 // Customer returns a customer of the scope that is not deleted.
 func (s *Store) Customer(ctx context.Context, sc payments.Scope, id string) (payments.Customer, error) {
-	return s.customer(ctx, s.db, sc, id, "")
+	return s.customer(ctx, &s.q, sc, id, "")
 }
 
 func (s *Store) customer(ctx context.Context, q sqlx.QueryerContext, sc payments.Scope, id, lock string) (payments.Customer, error) {
@@ -72,7 +72,7 @@ func (s *Store) Customers(ctx context.Context, sc payments.Scope, lp payments.Li
 	if lp.StartingAfter == "" {
 		const q = `SELECT ` + customerCols + ` FROM customers WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL
 		ORDER BY created_at DESC, id DESC LIMIT $3`
-		err = s.db.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, lp.Limit+1)
+		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, lp.Limit+1)
 	} else {
 		// A deleted customer still marks its place, so a page boundary on it works.
 		c, cerr := s.loadCursor(ctx, `SELECT created_at, id FROM customers WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, sc, lp.StartingAfter)
@@ -81,7 +81,7 @@ func (s *Store) Customers(ctx context.Context, sc payments.Scope, lp payments.Li
 		}
 		const q = `SELECT ` + customerCols + ` FROM customers WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL
 		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
-		err = s.db.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
+		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
 	}
 	if err != nil {
 		return payments.Page[payments.Customer]{}, fmt.Errorf("select customers: %w", err)
@@ -121,7 +121,7 @@ func (s *Store) UpdateCustomer(ctx context.Context, sc payments.Scope, id string
 // DeleteCustomer marks a customer deleted.
 func (s *Store) DeleteCustomer(ctx context.Context, sc payments.Scope, id string, now time.Time) error {
 	const q = `UPDATE customers SET deleted_at = $4 WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND deleted_at IS NULL`
-	res, err := s.db.ExecContext(ctx, q, sc.MerchantID, sc.Live, id, now)
+	res, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, id, now)
 	if err != nil {
 		return fmt.Errorf("delete customer: %w", err)
 	}

@@ -52,7 +52,7 @@ func (s *Store) Events(ctx context.Context, sc payments.Scope) ([]StoredEvent, e
 		'livemode', livemode, 'data', data)::text AS payload
 	FROM events WHERE merchant_id = $1 AND livemode = $2 ORDER BY seq`
 	var out []StoredEvent
-	if err := s.db.SelectContext(ctx, &out, q, sc.MerchantID, sc.Live); err != nil {
+	if err := s.q.SelectContext(ctx, &out, q, sc.MerchantID, sc.Live); err != nil {
 		return nil, fmt.Errorf("select events: %w", err)
 	}
 	return out, nil

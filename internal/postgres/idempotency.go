@@ -35,7 +35,7 @@ func (s *Store) BeginIdempotent(ctx context.Context, sc payments.Scope, key stri
 			OR k.expires_at < $5 -- expired but not pruned yet: a new key
 	RETURNING request_hash, status, response, request_id, true AS owned`
 	var r IdempotencyRecord
-	err := s.db.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, key, hash, now, now.Add(ttl), now.Add(-staleAfter))
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, key, hash, now, now.Add(ttl), now.Add(-staleAfter))
 	if err == nil {
 		return r, nil
 	}
@@ -51,7 +51,7 @@ func (s *Store) IdempotencyRecord(ctx context.Context, sc payments.Scope, key st
 	const q = `SELECT request_hash, status, response, request_id, false AS owned FROM idempotency_keys
 	WHERE merchant_id = $1 AND livemode = $2 AND key = $3`
 	var r IdempotencyRecord
-	err := s.db.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, key)
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return IdempotencyRecord{}, nil
 	}
@@ -65,7 +65,7 @@ func (s *Store) IdempotencyRecord(ctx context.Context, sc payments.Scope, key st
 func (s *Store) CompleteIdempotent(ctx context.Context, sc payments.Scope, key string, status int, body []byte, requestID string) error {
 	const q = `UPDATE idempotency_keys SET status = $4, response = $5, request_id = $6
 	WHERE merchant_id = $1 AND livemode = $2 AND key = $3`
-	if _, err := s.db.ExecContext(ctx, q, sc.MerchantID, sc.Live, key, status, body, requestID); err != nil {
+	if _, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, key, status, body, requestID); err != nil {
 		return fmt.Errorf("store idempotent response: %w", err)
 	}
 	return nil
@@ -75,7 +75,7 @@ func (s *Store) CompleteIdempotent(ctx context.Context, sc payments.Scope, key s
 // that a retry with the same key runs again.
 func (s *Store) ReleaseIdempotent(ctx context.Context, sc payments.Scope, key string) error {
 	const q = `DELETE FROM idempotency_keys WHERE merchant_id = $1 AND livemode = $2 AND key = $3 AND status IS NULL`
-	if _, err := s.db.ExecContext(ctx, q, sc.MerchantID, sc.Live, key); err != nil {
+	if _, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, key); err != nil {
 		return fmt.Errorf("release idempotency key: %w", err)
 	}
 	return nil
@@ -83,7 +83,7 @@ func (s *Store) ReleaseIdempotent(ctx context.Context, sc payments.Scope, key st
 
 // PruneIdempotency deletes expired keys.
 func (s *Store) PruneIdempotency(ctx context.Context, now time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE expires_at < $1`, now)
+	res, err := s.q.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE expires_at < $1`, now)
 	if err != nil {
 		return 0, fmt.Errorf("prune idempotency keys: %w", err)
 	}

@@ -112,7 +112,7 @@ func (s *Store) CreateIntent(ctx context.Context, sc payments.Scope, pi payments
 // confirm endpoint, which authenticates with the client secret instead.
 func (s *Store) IntentByID(ctx context.Context, id string) (payments.Scope, payments.PaymentIntent, error) {
 	var r intentRow
-	err := s.db.GetContext(ctx, &r, `SELECT `+intentCols+` FROM payment_intents WHERE id = $1`, id)
+	err := s.q.GetContext(ctx, &r, `SELECT `+intentCols+` FROM payment_intents WHERE id = $1`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.Scope{}, payments.PaymentIntent{}, payments.NotFound(payments.PaymentNotFound, id)
 	}
@@ -163,7 +163,7 @@ func (s *Store) Payments(ctx context.Context, sc payments.Scope, lp payments.Lis
 	if lp.StartingAfter == "" {
 		q := `SELECT ` + intentCols + ` FROM payment_intents WHERE merchant_id = $1 AND livemode = $2
 		ORDER BY created_at DESC, id DESC LIMIT $3`
-		err = s.db.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, lp.Limit+1)
+		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, lp.Limit+1)
 	} else {
 		c, cerr := s.loadCursor(ctx, `SELECT created_at, id FROM payment_intents WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, sc, lp.StartingAfter)
 		if cerr != nil {
@@ -171,7 +171,7 @@ func (s *Store) Payments(ctx context.Context, sc payments.Scope, lp payments.Lis
 		}
 		q := `SELECT ` + intentCols + ` FROM payment_intents WHERE merchant_id = $1 AND livemode = $2
 		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
-		err = s.db.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
+		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
 	}
 	if err != nil {
 		return payments.Page[payments.PaymentIntent]{}, fmt.Errorf("select payments: %w", err)

@@ -35,7 +35,7 @@ func errNoMerchant(id string) error {
 // CreateMerchant inserts a merchant.
 func (s *Store) CreateMerchant(ctx context.Context, m payments.Merchant) error {
 	const q = `INSERT INTO merchants (id, name, email, plan, created_at) VALUES ($1, $2, $3, $4, $5)`
-	if _, err := s.db.ExecContext(ctx, q, m.ID, m.Name, m.Email, m.Plan, m.Created); err != nil {
+	if _, err := s.q.ExecContext(ctx, q, m.ID, m.Name, m.Email, m.Plan, m.Created); err != nil {
 		return fmt.Errorf("insert merchant: %w", err)
 	}
 	return nil
@@ -45,7 +45,7 @@ func (s *Store) CreateMerchant(ctx context.Context, m payments.Merchant) error {
 func (s *Store) Merchant(ctx context.Context, id string) (payments.Merchant, error) {
 	const q = `SELECT id, name, email, plan, suspended_at, unsuspended_at, created_at FROM merchants WHERE id = $1`
 	var r merchantRow
-	err := s.db.GetContext(ctx, &r, q, id)
+	err := s.q.GetContext(ctx, &r, q, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.Merchant{}, errNoMerchant(id)
 	}
@@ -60,7 +60,7 @@ func (s *Store) UnsuspendMerchant(ctx context.Context, id string, now time.Time)
 	const q = `UPDATE merchants SET suspended_at = NULL, unsuspended_at = $2 WHERE id = $1
 	RETURNING id, name, email, plan, suspended_at, unsuspended_at, created_at`
 	var r merchantRow
-	err := s.db.GetContext(ctx, &r, q, id, now)
+	err := s.q.GetContext(ctx, &r, q, id, now)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.Merchant{}, errNoMerchant(id)
 	}
@@ -139,7 +139,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, now time.Time) (paymen
 	const q = `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1
 	RETURNING id, merchant_id, livemode, hint, expires_at, revoked_at, created_at`
 	var r keyRow
-	err := s.db.GetContext(ctx, &r, q, id, now)
+	err := s.q.GetContext(ctx, &r, q, id, now)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.APIKey{}, payments.Invalid("id", "%q is not a known key", id)
 	}
@@ -154,7 +154,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash []byte) (payments.KeyAuth, e
 	const q = `SELECT k.id, k.merchant_id, k.livemode, k.hint, k.expires_at, k.revoked_at, k.created_at, m.suspended_at
 	FROM api_keys k JOIN merchants m ON m.id = k.merchant_id WHERE k.key_hash = $1`
 	var r keyRow
-	err := s.db.GetContext(ctx, &r, q, hash)
+	err := s.q.GetContext(ctx, &r, q, hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.KeyAuth{}, payments.ErrUnauthorized()
 	}
@@ -197,7 +197,7 @@ func (s *Store) RecordViolation(ctx context.Context, sc payments.Scope, field st
 
 // PruneViolations deletes violations older than before.
 func (s *Store) PruneViolations(ctx context.Context, before time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM content_violations WHERE created_at < $1`, before)
+	res, err := s.q.ExecContext(ctx, `DELETE FROM content_violations WHERE created_at < $1`, before)
 	if err != nil {
 		return 0, fmt.Errorf("prune violations: %w", err)
 	}

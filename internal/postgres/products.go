@@ -78,7 +78,7 @@ func (s *Store) CreateProduct(ctx context.Context, sc payments.Scope, p payments
 	)
 	INSERT INTO prices (merchant_id, livemode, id, product_id, amount, currency, tax_behavior, created_at)
 	SELECT $1, $2, $14, $3, $16, $17, $18, $15 WHERE $14::text IS NOT NULL`
-	_, err := s.db.ExecContext(ctx, q, sc.MerchantID, sc.Live, p.ID, p.Name, p.Description, p.Active,
+	_, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, p.ID, p.Name, p.Description, p.Active,
 		jsonb(p.Images), p.URL, jsonb(p.Metadata), p.Shippable, p.UnitLabel, p.StatementDescriptor, p.TaxCode,
 		priceID, p.Created, amount, currency, taxBehavior)
 	if err != nil {
@@ -89,7 +89,7 @@ func (s *Store) CreateProduct(ctx context.Context, sc payments.Scope, p payments
 
 // Product returns one product of the scope.
 func (s *Store) Product(ctx context.Context, sc payments.Scope, id string) (payments.Product, error) {
-	return s.product(ctx, s.db, sc, id, "")
+	return s.product(ctx, &s.q, sc, id, "")
 }
 
 func (s *Store) product(ctx context.Context, q sqlx.QueryerContext, sc payments.Scope, id, lock string) (payments.Product, error) {
@@ -113,7 +113,7 @@ func (s *Store) Products(ctx context.Context, sc payments.Scope, lp payments.Lis
 	if lp.StartingAfter == "" {
 		const q = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
 		ORDER BY p.created_at DESC, p.id DESC LIMIT $3`
-		err = s.db.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, lp.Limit+1)
+		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, lp.Limit+1)
 	} else {
 		c, cerr := s.loadCursor(ctx, `SELECT created_at, id FROM products WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, sc, lp.StartingAfter)
 		if cerr != nil {
@@ -121,7 +121,7 @@ func (s *Store) Products(ctx context.Context, sc payments.Scope, lp payments.Lis
 		}
 		const q = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
 		AND (p.created_at, p.id) < ($3, $4) ORDER BY p.created_at DESC, p.id DESC LIMIT $5`
-		err = s.db.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
+		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
 	}
 	if err != nil {
 		return payments.Page[payments.Product]{}, fmt.Errorf("select products: %w", err)

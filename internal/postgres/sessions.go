@@ -90,7 +90,7 @@ func nullJSON[T any](v *T) any {
 // MerchantPlan returns a merchant's plan.
 func (s *Store) MerchantPlan(ctx context.Context, merchantID string) (payments.Plan, error) {
 	var plan string
-	if err := s.db.GetContext(ctx, &plan, `SELECT plan FROM merchants WHERE id = $1`, merchantID); err != nil {
+	if err := s.q.GetContext(ctx, &plan, `SELECT plan FROM merchants WHERE id = $1`, merchantID); err != nil {
 		return "", fmt.Errorf("select plan: %w", err)
 	}
 	return payments.Plan(plan), nil
@@ -110,7 +110,7 @@ func (s *Store) PriceForSale(ctx context.Context, sc payments.Scope, priceID str
 		CreatedAt   time.Time      `db:"created_at"`
 		Name        string         `db:"name"`
 	}
-	err := s.db.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, priceID)
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, priceID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.SaleablePrice{}, payments.Errorf(payments.ProductNotFound, "No such price, or its product is archived: '%s'", priceID)
 	}
@@ -130,7 +130,7 @@ func (s *Store) CreateSession(ctx context.Context, sc payments.Scope, cs payment
 		cancel_url, collect_shipping_address, billing_address_collection, shipping_countries, shipping_options,
 		metadata, expires_at, created_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`
-	_, err := s.db.ExecContext(ctx, q, sc.MerchantID, sc.Live, cs.ID, cs.Status, cs.PaymentStatus, cs.URL, cs.Currency,
+	_, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, cs.ID, cs.Status, cs.PaymentStatus, cs.URL, cs.Currency,
 		cs.AmountSubtotal, cs.AmountTotal, cs.PassFees, jsonb(cs.LineItems), cs.CustomerID, cs.CustomerEmail, cs.SuccessURL,
 		cs.CancelURL, cs.CollectShipping, cs.BillingAddressCollection, jsonb(cs.ShippingCountries), jsonb(cs.ShippingOptions),
 		jsonb(cs.Metadata), cs.ExpiresAt, cs.Created)
@@ -144,7 +144,7 @@ func (s *Store) CreateSession(ctx context.Context, sc payments.Scope, cs payment
 func (s *Store) Session(ctx context.Context, sc payments.Scope, id string) (payments.CheckoutSession, error) {
 	q := `SELECT ` + sessionCols + ` FROM checkout_sessions WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
 	var r sessionRow
-	err := s.db.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id)
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.CheckoutSession{}, payments.NotFound(payments.SessionNotFound, id)
 	}
@@ -160,7 +160,7 @@ func (s *Store) SessionByID(ctx context.Context, id string) (payments.CheckoutSe
 		LATERAL (SELECT name AS merchant_name, plan AS merchant_plan FROM merchants WHERE merchants.id = s.merchant_id) m
 	WHERE s.id = $1`
 	var r sessionRow
-	err := s.db.GetContext(ctx, &r, q, id)
+	err := s.q.GetContext(ctx, &r, q, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.CheckoutSession{}, payments.NotFound(payments.SessionNotFound, id)
 	}

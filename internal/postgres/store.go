@@ -21,6 +21,7 @@ import (
 // Store is the PostgreSQL store.
 type Store struct {
 	db *sqlx.DB
+	q  prepared // s.db's queries, prepared once per connection
 	// onDeliveries is told the webhook deliveries a transaction created,
 	// after it commits (it enqueues them). Losing the call loses nothing:
 	// the scheduler's relay finds pending deliveries in the table.
@@ -37,7 +38,11 @@ type txn struct {
 }
 
 // New returns a Store on db.
-func New(db *sqlx.DB) *Store { return &Store{db: db} }
+func New(db *sqlx.DB) *Store {
+	s := &Store{db: db}
+	s.q.db = db
+	return s
+}
 
 // Open connects to url and checks the connection. It turns on lib/pq's
 // binary_parameters, which sends a parameterized query in one round trip
@@ -134,7 +139,7 @@ type cursor struct {
 // id is a validation_error, not an empty page.
 func (s *Store) loadCursor(ctx context.Context, q string, sc payments.Scope, id string) (cursor, error) {
 	var c cursor
-	err := s.db.GetContext(ctx, &c, q, sc.MerchantID, sc.Live, id)
+	err := s.q.GetContext(ctx, &c, q, sc.MerchantID, sc.Live, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, payments.Invalid("starting_after", "is not a known id: '%s'", id)
 	}

@@ -64,7 +64,7 @@ func (s *Store) Endpoints(ctx context.Context, sc payments.Scope) ([]payments.En
 	q := `SELECT ` + endpointCols + ` FROM webhook_endpoints WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL
 	ORDER BY created_at DESC, id DESC`
 	var rows []endpointRow
-	if err := s.db.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live); err != nil {
+	if err := s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live); err != nil {
 		return nil, fmt.Errorf("select endpoints: %w", err)
 	}
 	out := make([]payments.Endpoint, 0, len(rows))
@@ -130,7 +130,7 @@ func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id strin
 	JOIN webhook_endpoints we ON we.id = d.endpoint_id
 	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.id = $3`
 	var d Delivery
-	err := s.db.GetContext(ctx, &d, q, sc.MerchantID, sc.Live, id)
+	err := s.q.GetContext(ctx, &d, q, sc.MerchantID, sc.Live, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, ErrNoDelivery
 	}
@@ -195,7 +195,7 @@ func (s *Store) RecordAttempt(ctx context.Context, d Delivery, r DeliveryResult,
 func (s *Store) FailDelivery(ctx context.Context, d Delivery, reason string) error {
 	const q = `UPDATE webhook_deliveries SET status = 'failed', last_error = $4
 	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND status = 'pending'`
-	if _, err := s.db.ExecContext(ctx, q, d.MerchantID, d.Live, d.ID, reason); err != nil {
+	if _, err := s.q.ExecContext(ctx, q, d.MerchantID, d.Live, d.ID, reason); err != nil {
 		return fmt.Errorf("fail delivery: %w", err)
 	}
 	return nil
@@ -214,7 +214,7 @@ func (s *Store) OverdueDeliveries(ctx context.Context, before time.Time, limit i
 	const q = `SELECT id, merchant_id, livemode FROM webhook_deliveries
 	WHERE status = 'pending' AND next_attempt_at < $1 ORDER BY next_attempt_at LIMIT $2`
 	var out []DeliveryRef
-	if err := s.db.SelectContext(ctx, &out, q, before, limit); err != nil {
+	if err := s.q.SelectContext(ctx, &out, q, before, limit); err != nil {
 		return nil, fmt.Errorf("select overdue deliveries: %w", err)
 	}
 	return out, nil

@@ -1,0 +1,94 @@
+package payments_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/testenv"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// TestAuthCache: revocation through the same service is seen at once;
+// through another process (another Service, as the CLI is) within the TTL.
+func TestAuthCache(t *testing.T) {
+	ctx := context.Background()
+	store := postgres.New(testenv.DB(t))
+	clk := &fakeClock{t: time.Now()}
+	api := payments.NewService(store, nil, clk.now, payments.WithAuthCacheTTL(time.Second))
+	cli := payments.NewService(store, nil, clk.now)
+
+	m, err := cli.CreateMerchant(ctx, "Cache test", "", payments.PlanFree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newKey := func() payments.NewKey {
+		k, err := cli.CreateKey(ctx, m.ID, false, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	auth := func(k payments.NewKey) payments.Code {
+		_, _, err := api.Authenticate(ctx, k.Secret)
+		return payments.ErrorCode(err)
+	}
+
+	k1 := newKey()
+	if got := auth(k1); got != "" {
+		t.Fatalf("fresh key: got %q, want success", got)
+	}
+	if _, err := cli.RevokeKey(ctx, k1.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := auth(k1); got != "" {
+		t.Errorf("revoked elsewhere, within the TTL: got %q, want the cached success", got)
+	}
+	clk.add(time.Second)
+	if got := auth(k1); got != payments.KeyRevoked {
+		t.Errorf("revoked elsewhere, after the TTL: got %q, want key_revoked", got)
+	}
+
+	k2 := newKey()
+	if got := auth(k2); got != "" {
+		t.Fatalf("second key: got %q, want success", got)
+	}
+	if _, err := api.RevokeKey(ctx, k2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := auth(k2); got != payments.KeyRevoked {
+		t.Errorf("revoked through this service: got %q, want key_revoked at once", got)
+	}
+
+	// Expiry is checked against the clock on every request, cached or not.
+	k3, err := cli.CreateKey(ctx, m.ID, false, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := auth(k3); got != "" {
+		t.Fatalf("expiring key: got %q, want success", got)
+	}
+	clk.add(600 * time.Millisecond)
+	if got := auth(k3); got != payments.KeyExpired {
+		t.Errorf("expired key still cached: got %q, want key_expired", got)
+	}
+
+	// Unknown keys are not cached: a key created after a miss works at once.
+	if got := auth(payments.NewKey{Secret: "svc_test_doesnotexist"}); got != payments.Unauthorized {
+		t.Errorf("unknown key: got %q, want unauthorized", got)
+	}
+}
