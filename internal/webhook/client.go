@@ -36,7 +36,7 @@ var ErrForbiddenAddress = errors.New("webhook: destination resolves to a loopbac
 
 // Forbidden reports whether ip is on a blocked network.
 func Forbidden(ip netip.Addr) bool {
-	ip = ip.Unmap()
+	ip = ip.WithZone("").Unmap() // a zone (%eth0) would make every Contains false
 	for _, p := range blocked {
 		if p.Contains(ip) {
 			return true

@@ -7,13 +7,19 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/pb33f/libopenapi"
+	"github.com/pb33f/libopenapi-validator/config"
+	"github.com/pb33f/libopenapi-validator/helpers"
+	"github.com/pb33f/libopenapi-validator/parameters"
+	"github.com/pb33f/libopenapi-validator/schema_validation"
 
 	"paysvc/internal/apispec"
+	"paysvc/internal/payments"
 )
 
 const requestID = "6f1c2b8e-3d4a-4c5b-9e6f-7a8b9c0d1e2f"
@@ -172,7 +178,9 @@ func TestDocumentBuilds(t *testing.T) {
 		"GET /v1/customers/{id}": true, "PUT /v1/customers/{id}": true, "DELETE /v1/customers/{id}": true,
 		"POST /v1/payment-sessions": true, "GET /v1/payment-sessions/{id}": true,
 		"POST /v1/payment-intents": true, "GET /v1/test-payments": true,
-		"GET /v1/openapi.yaml": true,
+		"POST /v1/webhook-endpoints": true, "GET /v1/webhook-endpoints": true,
+		"DELETE /v1/webhook-endpoints/{id}": true,
+		"GET /v1/openapi.yaml":              true,
 	}
 	got := map[string]bool{}
 	for path, item := range m.Paths.PathItems.FromOldest() {
@@ -577,6 +585,201 @@ paths:
 				t.Fatalf("build succeeded (%v), want an error", v != nil)
 			}
 			t.Logf("reported: %v", err)
+		})
+	}
+}
+
+func endpointJSON() map[string]any {
+	return map[string]any{
+		"id":          "we_x",
+		"url":         "https://example.com/hook",
+		"events":      []any{"*"},
+		"status":      "enabled",
+		"description": nil,
+		"livemode":    false,
+		"created":     1735689600,
+	}
+}
+
+// TestWebhookEndpointResponses: the secret is required in the create
+// response and refused in the list; the list is an array in data.
+func TestWebhookEndpointResponses(t *testing.T) {
+	v := mustNew(t)
+	post := request(http.MethodPost, "/v1/webhook-endpoints", "")
+	list := request(http.MethodGet, "/v1/webhook-endpoints", "")
+	del := request(http.MethodDelete, "/v1/webhook-endpoints/we_x", "")
+	created := func() map[string]any {
+		e := endpointJSON()
+		e["secret"] = "whsec_" + strings.Repeat("aB3", 11)
+		return e
+	}
+	typed := endpointJSON()
+	typed["events"] = []any{"payment_intent.succeeded", "checkout.session.completed"}
+	typed["description"] = "orders"
+	typed["status"] = "disabled"
+
+	valid := []struct {
+		name string
+		req  *http.Request
+		body any
+	}{
+		{"create", post, success(created())},
+		{"list", list, success([]any{endpointJSON(), typed})},
+		{"empty list", list, success([]any{})},
+		{"delete", del, success(map[string]any{"id": "we_x", "deleted": true})},
+		{"delete unknown", del, failure("endpoint_not_found", "No such webhook endpoint")},
+		{"http url", post, failure("webhook_url_must_be_https", "use https")},
+	}
+	for _, c := range valid {
+		t.Run("valid "+c.name, func(t *testing.T) {
+			status := http.StatusOK
+			if env := c.body.(map[string]any); env["success"] == false {
+				status = http.StatusBadRequest
+				if c.req == del {
+					status = http.StatusNotFound
+				}
+			}
+			if err := v.Response(c.req, response(t, status, c.body)); err != nil {
+				t.Errorf("got %v, want the response accepted", err)
+			}
+		})
+	}
+
+	drift := []struct {
+		name string
+		req  *http.Request
+		body func() any
+		want string
+	}{
+		{"create without secret", post, func() any { return success(endpointJSON()) }, "secret"},
+		{"create secret without prefix", post, func() any { e := created(); e["secret"] = strings.Repeat("a", 38); return success(e) }, "secret"},
+		{"create short secret", post, func() any { e := created(); e["secret"] = "whsec_abc"; return success(e) }, "secret"},
+		{"list with secret", list, func() any { return success([]any{created()}) }, "secret"},
+		{"list as a List", list, func() any { return success(map[string]any{"data": []any{endpointJSON()}, "has_more": false}) }, "data"},
+		{"wrong id prefix", list, func() any { e := endpointJSON(); e["id"] = "whe_x"; return success([]any{e}) }, "id"},
+		{"unknown event type", list, func() any { e := endpointJSON(); e["events"] = []any{"payment.succeeded"}; return success([]any{e}) }, "events"},
+		{"unknown status", list, func() any { e := endpointJSON(); e["status"] = "active"; return success([]any{e}) }, "status"},
+		{"missing description", list, func() any { e := endpointJSON(); delete(e, "description"); return success([]any{e}) }, "description"},
+		{"missing livemode", post, func() any { e := created(); delete(e, "livemode"); return success(e) }, "livemode"},
+	}
+	for _, c := range drift {
+		t.Run(c.name, func(t *testing.T) {
+			mustFail(t, v.Response(c.req, response(t, http.StatusOK, c.body())), c.want)
+		})
+	}
+}
+
+func TestWebhookEndpointRequests(t *testing.T) {
+	v := mustNew(t)
+	good := []string{
+		`{"url":"https://example.com/hook"}`,
+		`{"url":"https://example.com/hook","events":["*"],"description":"all"}`,
+		`{"url":"https://example.com/hook","events":["payment_intent.succeeded","charge.refunded"]}`,
+	}
+	for _, body := range good {
+		if err := v.Request(request(http.MethodPost, "/v1/webhook-endpoints", body)); err != nil {
+			t.Errorf("%s: got %v, want accepted", body, err)
+		}
+	}
+	bad := map[string]string{
+		"missing url":        `{"events":["*"]}`,
+		"http url":           `{"url":"http://example.com/hook"}`,
+		"unknown event type": `{"url":"https://example.com/hook","events":["payment.succeeded"]}`,
+		"empty events":       `{"url":"https://example.com/hook","events":[]}`,
+		"duplicate events":   `{"url":"https://example.com/hook","events":["charge.refunded","charge.refunded"]}`,
+		"unknown field":      `{"url":"https://example.com/hook","secret":"whsec_x"}`,
+	}
+	for name, body := range bad {
+		t.Run(name, func(t *testing.T) {
+			mustFail(t, v.Request(request(http.MethodPost, "/v1/webhook-endpoints", body)))
+		})
+	}
+}
+
+// TestWebhooksSection checks the top-level webhooks entry: the delivery's
+// headers and the event payload, against payments.EventTypes.
+func TestWebhooksSection(t *testing.T) {
+	v := mustNew(t)
+	if v.model.Webhooks == nil || v.model.Webhooks.GetOrZero("event") == nil || v.model.Webhooks.GetOrZero("event").Post == nil {
+		t.Fatal("got no webhooks.event.post, want the event delivery described")
+	}
+	op := v.model.Webhooks.GetOrZero("event").Post
+	desc := strings.Join(strings.Fields(op.Description), " ")
+	for _, w := range []string{"constant time", "sha256=", "exact raw request body", "event id", "2xx", "10 seconds"} {
+		if !strings.Contains(desc, w) {
+			t.Errorf("webhooks.event.post description does not mention %q", w)
+		}
+	}
+
+	evtSchema := v.model.Components.Schemas.GetOrZero("EventType").Schema()
+	var enum []string
+	for _, n := range evtSchema.Enum {
+		enum = append(enum, n.Value)
+	}
+	if !slices.Equal(enum, payments.EventTypes) {
+		t.Errorf("got EventType enum %v, want payments.EventTypes %v", enum, payments.EventTypes)
+	}
+
+	headers := map[string]struct{ good, bad []string }{
+		"X-Service-Signature": {
+			good: []string{"sha256=" + strings.Repeat("0a", 32)},
+			bad: []string{"", strings.Repeat("0a", 32), "SHA256=" + strings.Repeat("0a", 32),
+				"sha256=" + strings.Repeat("0A", 32), "sha256=" + strings.Repeat("0", 63), "sha256=" + strings.Repeat("0", 65),
+				"sha256=" + strings.Repeat("g", 64)},
+		},
+		"X-Service-Event-Id":   {good: []string{"evt_abc"}, bad: []string{"ev_abc", ""}},
+		"X-Service-Event-Type": {good: payments.EventTypes, bad: []string{"payment.succeeded", "*"}},
+	}
+	seen := map[string]bool{}
+	for _, p := range op.Parameters {
+		c, ok := headers[p.Name]
+		if !ok || p.In != "header" {
+			t.Errorf("unexpected parameter %s in %s", p.Name, p.In)
+			continue
+		}
+		seen[p.Name] = true
+		if p.Required == nil || !*p.Required {
+			t.Errorf("%s: got not required, want required", p.Name)
+		}
+		schema := p.Schema.Schema()
+		for _, val := range c.good {
+			if errs := parameters.ValidateParameterSchema(schema, nil, val, "header", "header", p.Name,
+				helpers.ParameterValidation, "header", v.opts); len(errs) > 0 {
+				t.Errorf("%s %q: got %v, want accepted", p.Name, val, problems(errs))
+			}
+		}
+		for _, val := range c.bad {
+			if errs := parameters.ValidateParameterSchema(schema, nil, val, "header", "header", p.Name,
+				helpers.ParameterValidation, "header", v.opts); len(errs) == 0 {
+				t.Errorf("%s %q: got accepted, want rejected", p.Name, val)
+			}
+		}
+	}
+	for name := range headers {
+		if !seen[name] {
+			t.Errorf("header %s not declared", name)
+		}
+	}
+
+	body := op.RequestBody.Content.GetOrZero("application/json").Schema.Schema()
+	sv := schema_validation.NewSchemaValidator(config.WithExistingOpts(v.opts))
+	good := `{"id":"evt_1","type":"payment_intent.succeeded","created":1735689600,"livemode":false,` +
+		`"data":{"id":"pi_1","metadata":{"order":"42"}}}`
+	if ok, errs := sv.ValidateSchemaStringWithVersion(body, good, v.version); !ok {
+		t.Errorf("valid event rejected: %v", problems(errs))
+	}
+	for name, payload := range map[string]string{
+		"id prefix":        `{"id":"ev_1","type":"payment_intent.succeeded","created":1,"livemode":false,"data":{"id":"pi_1"}}`,
+		"unknown type":     `{"id":"evt_1","type":"payment.succeeded","created":1,"livemode":false,"data":{"id":"pi_1"}}`,
+		"created string":   `{"id":"evt_1","type":"payment_intent.succeeded","created":"1","livemode":false,"data":{"id":"pi_1"}}`,
+		"missing livemode": `{"id":"evt_1","type":"payment_intent.succeeded","created":1,"data":{"id":"pi_1"}}`,
+		"data not object":  `{"id":"evt_1","type":"payment_intent.succeeded","created":1,"livemode":false,"data":"pi_1"}`,
+		"data without id":  `{"id":"evt_1","type":"payment_intent.succeeded","created":1,"livemode":false,"data":{}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if ok, _ := sv.ValidateSchemaStringWithVersion(body, payload, v.version); ok {
+				t.Errorf("got %s accepted, want rejected", payload)
+			}
 		})
 	}
 }
