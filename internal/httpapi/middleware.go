@@ -208,10 +208,20 @@ func (s *Server) idempotency(c *gin.Context) {
 func (s *Server) runOwned(c *gin.Context, sc payments.Scope, key string) {
 	w := &captureWriter{ResponseWriter: c.Writer}
 	c.Writer = w
-	c.Next()
 	// Store even when the client has gone: its retry must see the outcome.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), 5*time.Second)
 	defer cancel()
+	defer func() {
+		// A panic below answers 500 further up the chain; release the key
+		// first, or every retry would wait on a request that is gone.
+		if p := recover(); p != nil {
+			if err := s.store.ReleaseIdempotent(ctx, sc, key); err != nil {
+				s.log.ErrorContext(ctx, "idempotency key not released", append(logAttrs(c), "error", err)...)
+			}
+			panic(p)
+		}
+	}()
+	c.Next()
 	var err error
 	if status := w.Status(); status >= 500 {
 		err = s.store.ReleaseIdempotent(ctx, sc, key)
