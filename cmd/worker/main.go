@@ -48,11 +48,15 @@ func run(ctx context.Context) error {
 	srv := asynq.NewServer(env.RedisOpt, asynq.Config{
 		// Deliveries mostly wait on receivers, so concurrency is well above
 		// the core count.
-		Concurrency:     50,
-		RetryDelayFunc:  tasks.RetryDelay(env.Config.WebhookRetryBase),
-		Queues:          tasks.Queues,
-		ShutdownTimeout: 20 * time.Second,
-		Logger:          app.AsynqLogger{Log: env.Log},
+		Concurrency:    50,
+		RetryDelayFunc: tasks.RetryDelay(env.Config.WebhookRetryBase),
+		// asynq idles 1 s when the queues are empty and checks due retries
+		// every 5 s by default; a webhook should not wait that long.
+		TaskCheckInterval:        20 * time.Millisecond,
+		DelayedTaskCheckInterval: time.Second,
+		Queues:                   tasks.Queues,
+		ShutdownTimeout:          20 * time.Second,
+		Logger:                   app.AsynqLogger{Log: env.Log},
 	})
 	mux := asynq.NewServeMux()
 	svc := payments.NewService(env.Store, nil, time.Now, payments.WithSessionTTL(env.Config.CheckoutSessionTTL))

@@ -167,7 +167,8 @@ func (s *Store) RecordAttempt(ctx context.Context, d Delivery, r DeliveryResult,
 		}
 		const upd = `UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, last_status = $5,
 			last_error = $6, next_attempt_at = $7, delivered_at = CASE WHEN $4 = 'succeeded' THEN $8::timestamptz END
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3
+			AND status = 'pending' -- a delivery cancelled meanwhile (endpoint deleted) stays so`
 		var lastStatus *int
 		if r.HTTPStatus != 0 {
 			lastStatus = &r.HTTPStatus

@@ -36,12 +36,13 @@ func NewDeliverWebhook(p DeliverWebhook) *asynq.Task {
 		asynq.MaxRetry(DeliveryMaxRetry), asynq.Timeout(30*time.Second), asynq.Retention(24*time.Hour))
 }
 
-// DeliveryDelay is the wait before retry n (n = 1 for the first retry):
-// base·2^(n−1), capped at 12 h, with ±10 % jitter so that a receiver coming
+// DeliveryDelay is the wait after a failed attempt when the task has been
+// retried `retried` times so far (0 after the first attempt, as asynq counts):
+// base·2^retried, capped at 12 h, with ±10 % jitter so that a receiver coming
 // back up is not hit by every retry at once.
-func DeliveryDelay(base time.Duration, n int) time.Duration {
+func DeliveryDelay(base time.Duration, retried int) time.Duration {
 	d := base
-	for i := 1; i < n && d < deliveryMaxDelay; i++ {
+	for i := 0; i < retried && d < deliveryMaxDelay; i++ {
 		d *= 2
 	}
 	d = min(d, deliveryMaxDelay)

@@ -32,8 +32,8 @@ func (c *clock) add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// Not parallel: asynq servers of one test binary share the Redis DB.
 func TestExpireSessionsTask(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	db := testenv.DB(t)
 	store := postgres.New(db)

@@ -74,7 +74,7 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 	res := postgres.DeliveryResult{
 		OK:          sendErr == nil,
 		HTTPStatus:  status,
-		NextAttempt: now.Add(tasks.DeliveryDelay(d.RetryBase, retry+1)),
+		NextAttempt: now.Add(tasks.DeliveryDelay(d.RetryBase, retry)), // the delay asynq will wait
 		Final:       sendErr != nil && retry >= maxRetry,
 	}
 	if sendErr != nil {
