@@ -97,7 +97,7 @@ func SignalContext() (context.Context, context.CancelFunc) {
 // function at shutdown.
 func (e *Env) Enqueuer() (*tasks.Enqueuer, func()) {
 	client := asynq.NewClient(e.RedisOpt)
-	enq := &tasks.Enqueuer{Client: client, Log: e.Log}
+	enq := &tasks.Enqueuer{Client: client, Log: e.Log, Redis: e.Redis}
 	e.Store.OnDeliveries(func(ctx context.Context, ds []postgres.DeliveryRef) {
 		// The request may be ending; the rows are committed either way.
 		enq.EnqueueDeliveries(context.WithoutCancel(ctx), DeliveryTasks(ds))

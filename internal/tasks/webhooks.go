@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // TypeDeliverWebhook sends one webhook delivery.
@@ -65,6 +66,23 @@ func RetryDelay(base time.Duration) asynq.RetryDelayFunc {
 type Enqueuer struct {
 	Client *asynq.Client
 	Log    *slog.Logger
+	// Redis, when set, lets PublishQueues repair the dashboard's list of
+	// queues after Redis lost its data.
+	Redis redis.UniversalClient
+}
+
+// allQueuesKey is asynq's set of queue names, which its dashboard and
+// inspector read. A client adds a queue there only on its first enqueue, so
+// after Redis loses its data queues stay invisible until the process restarts.
+const allQueuesKey = "asynq:queues"
+
+// PublishQueues (re)adds the service's queues to that set; the relay calls it
+// before re-enqueueing stranded work.
+func (e *Enqueuer) PublishQueues(ctx context.Context) error {
+	if e.Redis == nil {
+		return nil
+	}
+	return e.Redis.SAdd(ctx, allQueuesKey, QueueCritical, QueueDefault, QueueLow).Err()
 }
 
 // EnqueueDeliveries enqueues delivery tasks after their transaction

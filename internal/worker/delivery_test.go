@@ -89,7 +89,7 @@ func newDeliveryStack(t *testing.T) *deliveryStack {
 	client := asynq.NewClient(redisOpt)
 	t.Cleanup(func() { client.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	enq := &tasks.Enqueuer{Client: client, Log: log}
+	enq := &tasks.Enqueuer{Client: client, Log: log, Redis: testenv.Redis(t)}
 	store.OnDeliveries(func(ctx context.Context, ds []postgres.DeliveryRef) { // as app.Env.Enqueuer
 		enq.EnqueueDeliveries(context.WithoutCancel(ctx), app.DeliveryTasks(ds))
 	})

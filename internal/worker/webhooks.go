@@ -152,7 +152,10 @@ func Relay(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, ever
 // is worked through on the following passes.
 func RelayOnce(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, grace time.Duration) (int, error) {
 	ds, err := store.OverdueDeliveries(ctx, time.Now().Add(-grace), relayBatch)
-	if err != nil {
+	if err != nil || len(ds) == 0 {
+		return 0, err
+	}
+	if err := enq.PublishQueues(ctx); err != nil {
 		return 0, err
 	}
 	return enq.EnqueueDeliveries(ctx, toTasks(ds)), nil
