@@ -56,6 +56,14 @@ var (
 
 func newHarness(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
+	h := newStack(t, o)
+	h.t = t
+	return h
+}
+
+// newStack builds the server for any test or fuzz target; the caller sets h.t.
+func newStack(t testing.TB, o harnessOpts) *harness {
+	t.Helper()
 	if o.ratePerHour == 0 {
 		o.ratePerHour = 100000
 	}
@@ -78,7 +86,9 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if ttl == 0 {
 		ttl = 24 * time.Hour
 	}
-	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(ttl),
+	// No auth cache: tests change keys behind the service's back (SQL); the
+	// cache has its own test in internal/payments.
+	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(ttl), payments.WithAuthCacheTTL(0),
 		payments.WithSecrets(testBox), payments.WithEndpointCheck(func(ctx context.Context, u string) error {
 			return webhook.CheckURL(ctx, u, o.allowPrivateWebhooks)
 		}))
@@ -93,7 +103,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if validatorErr != nil {
 		t.Fatalf("openapi validator: %v", validatorErr)
 	}
-	return &harness{t: t, url: srv.URL, db: db, store: store, svc: svc}
+	return &harness{url: srv.URL, db: db, store: store, svc: svc}
 }
 
 // merchant creates a merchant and returns its id.

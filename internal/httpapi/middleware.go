@@ -68,7 +68,14 @@ func (s *Server) limitBody(c *gin.Context) {
 		s.abortWith(c, payments.PayloadTooLarge, "Request body exceeds 1 MiB.")
 		return
 	}
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBody)
+	// MaxBytesReader tells net/http the limit was hit only through its own
+	// ResponseWriter; then the server answers at once and closes, instead of
+	// first reading on to drain the rest of a chunked body.
+	var w http.ResponseWriter = c.Writer
+	if u, ok := w.(interface{ Unwrap() http.ResponseWriter }); ok {
+		w = u.Unwrap()
+	}
+	c.Request.Body = http.MaxBytesReader(w, c.Request.Body, maxBody)
 	c.Next()
 }
 
