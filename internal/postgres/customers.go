@@ -65,36 +65,14 @@ func (s *Store) customer(ctx context.Context, q sqlx.QueryerContext, sc payments
 	return r.customer()
 }
 
-// Customers returns a page of the scope's customers, newest first.
+// Customers returns a page of the scope's customers, newest first. A deleted
+// customer still marks its place, so a page boundary on it works.
 func (s *Store) Customers(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Customer], error) {
-	var rows []customerRow
-	var err error
-	if lp.StartingAfter == "" {
-		const q = `SELECT ` + customerCols + ` FROM customers WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL
+	const first = `SELECT ` + customerCols + ` FROM customers WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL
 		ORDER BY created_at DESC, id DESC LIMIT $3`
-		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, lp.Limit+1)
-	} else {
-		// A deleted customer still marks its place, so a page boundary on it works.
-		c, cerr := s.loadCursor(ctx, `SELECT created_at, id FROM customers WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, sc, lp.StartingAfter)
-		if cerr != nil {
-			return payments.Page[payments.Customer]{}, cerr
-		}
-		const q = `SELECT ` + customerCols + ` FROM customers WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL
+	const after = `SELECT ` + customerCols + ` FROM customers WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL
 		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
-		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
-	}
-	if err != nil {
-		return payments.Page[payments.Customer]{}, fmt.Errorf("select customers: %w", err)
-	}
-	out := make([]payments.Customer, 0, len(rows))
-	for _, r := range rows {
-		c, err := r.customer()
-		if err != nil {
-			return payments.Page[payments.Customer]{}, err
-		}
-		out = append(out, c)
-	}
-	return page(out, lp.Limit), nil
+	return keysetPage(ctx, s, sc, lp, "customers", first, after, customerRow.customer)
 }
 
 // UpdateCustomer locks the customer, applies fn and saves the result.

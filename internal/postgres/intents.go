@@ -158,31 +158,9 @@ func (s *Store) UpdateIntentByID(ctx context.Context, id string, fn func(payment
 
 // Payments returns a page of the scope's payments, newest first.
 func (s *Store) Payments(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.PaymentIntent], error) {
-	var rows []intentRow
-	var err error
-	if lp.StartingAfter == "" {
-		q := `SELECT ` + intentCols + ` FROM payment_intents WHERE merchant_id = $1 AND livemode = $2
+	const first = `SELECT ` + intentCols + ` FROM payment_intents WHERE merchant_id = $1 AND livemode = $2
 		ORDER BY created_at DESC, id DESC LIMIT $3`
-		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, lp.Limit+1)
-	} else {
-		c, cerr := s.loadCursor(ctx, `SELECT created_at, id FROM payment_intents WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, sc, lp.StartingAfter)
-		if cerr != nil {
-			return payments.Page[payments.PaymentIntent]{}, cerr
-		}
-		q := `SELECT ` + intentCols + ` FROM payment_intents WHERE merchant_id = $1 AND livemode = $2
+	const after = `SELECT ` + intentCols + ` FROM payment_intents WHERE merchant_id = $1 AND livemode = $2
 		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
-		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
-	}
-	if err != nil {
-		return payments.Page[payments.PaymentIntent]{}, fmt.Errorf("select payments: %w", err)
-	}
-	out := make([]payments.PaymentIntent, 0, len(rows))
-	for _, r := range rows {
-		pi, err := r.intent()
-		if err != nil {
-			return payments.Page[payments.PaymentIntent]{}, err
-		}
-		out = append(out, pi)
-	}
-	return page(out, lp.Limit), nil
+	return keysetPage(ctx, s, sc, lp, "payment_intents", first, after, intentRow.intent)
 }

@@ -108,33 +108,11 @@ func (s *Store) product(ctx context.Context, q sqlx.QueryerContext, sc payments.
 
 // Products returns a page of the scope's products, newest first.
 func (s *Store) Products(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Product], error) {
-	var rows []productRow
-	var err error
-	if lp.StartingAfter == "" {
-		const q = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
+	const first = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
 		ORDER BY p.created_at DESC, p.id DESC LIMIT $3`
-		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, lp.Limit+1)
-	} else {
-		c, cerr := s.loadCursor(ctx, `SELECT created_at, id FROM products WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, sc, lp.StartingAfter)
-		if cerr != nil {
-			return payments.Page[payments.Product]{}, cerr
-		}
-		const q = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
+	const after = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
 		AND (p.created_at, p.id) < ($3, $4) ORDER BY p.created_at DESC, p.id DESC LIMIT $5`
-		err = s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
-	}
-	if err != nil {
-		return payments.Page[payments.Product]{}, fmt.Errorf("select products: %w", err)
-	}
-	out := make([]payments.Product, 0, len(rows))
-	for _, r := range rows {
-		p, err := r.product()
-		if err != nil {
-			return payments.Page[payments.Product]{}, err
-		}
-		out = append(out, p)
-	}
-	return page(out, lp.Limit), nil
+	return keysetPage(ctx, s, sc, lp, "products", first, after, productRow.product)
 }
 
 // UpdateProduct locks the product, applies fn and saves the result.

@@ -149,6 +149,36 @@ func (s *Store) loadCursor(ctx context.Context, q string, sc payments.Scope, id 
 	return c, nil
 }
 
+// keysetPage runs one page of a list, newest first: the query first when
+// there is no cursor, else after, which continues strictly after the
+// starting_after row's ($3, $4) = (created_at, id). Both fetch limit+1 rows
+// ($3 or $5) to tell whether more exist; conv turns a row into the item.
+func keysetPage[R, T any](ctx context.Context, s *Store, sc payments.Scope, lp payments.ListParams, table, first, after string, conv func(R) (T, error)) (payments.Page[T], error) {
+	var rows []R
+	var err error
+	if lp.StartingAfter == "" {
+		err = s.q.SelectContext(ctx, &rows, first, sc.MerchantID, sc.Live, lp.Limit+1)
+	} else {
+		c, cerr := s.loadCursor(ctx, `SELECT created_at, id FROM `+table+` WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, sc, lp.StartingAfter)
+		if cerr != nil {
+			return payments.Page[T]{}, cerr
+		}
+		err = s.q.SelectContext(ctx, &rows, after, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
+	}
+	if err != nil {
+		return payments.Page[T]{}, fmt.Errorf("select %s: %w", table, err)
+	}
+	out := make([]T, 0, len(rows))
+	for _, r := range rows {
+		item, err := conv(r)
+		if err != nil {
+			return payments.Page[T]{}, err
+		}
+		out = append(out, item)
+	}
+	return page(out, lp.Limit), nil
+}
+
 // page trims a limit+1 result to limit and reports whether more exist.
 func page[T any](items []T, limit int) payments.Page[T] {
 	if len(items) > limit {
