@@ -157,29 +157,37 @@ const MaxConsecutiveFailures = 10
 // the 10th consecutive failure disables the endpoint. It returns whether the
 // endpoint is (now) disabled.
 func (s *Store) RecordAttempt(ctx context.Context, d Delivery, r DeliveryResult, now time.Time) (disabled bool, err error) {
+	var lastStatus *int
+	if r.HTTPStatus != 0 {
+		lastStatus = &r.HTTPStatus
+	}
+	if r.OK {
+		// The common case in one statement and no explicit transaction; the
+		// endpoint row is written (and locked) only when it had failures to
+		// reset, so concurrent deliveries to one endpoint do not queue on it.
+		const ok = `WITH d AS (
+			UPDATE webhook_deliveries SET status = 'succeeded', attempts = attempts + 1, last_status = $5,
+				last_error = NULL, delivered_at = $6
+			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND status = 'pending'
+		)
+		UPDATE webhook_endpoints SET consecutive_failures = 0
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND consecutive_failures <> 0`
+		if _, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, lastStatus, now); err != nil {
+			return false, fmt.Errorf("record delivery: %w", err)
+		}
+		return false, nil
+	}
 	err = s.inTx(ctx, func(tx *txn) error {
 		status := "pending"
-		switch {
-		case r.OK:
-			status = "succeeded"
-		case r.Final:
+		if r.Final {
 			status = "failed"
 		}
 		const upd = `UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, last_status = $5,
-			last_error = $6, next_attempt_at = $7, delivered_at = CASE WHEN $4 = 'succeeded' THEN $8::timestamptz END
+			last_error = $6, next_attempt_at = $7
 		WHERE merchant_id = $1 AND livemode = $2 AND id = $3
 			AND status = 'pending' -- a delivery cancelled meanwhile (endpoint deleted) stays so`
-		var lastStatus *int
-		if r.HTTPStatus != 0 {
-			lastStatus = &r.HTTPStatus
-		}
-		if _, err := tx.ExecContext(ctx, upd, d.MerchantID, d.Live, d.ID, status, lastStatus, nullIfEmpty(r.Error), r.NextAttempt, now); err != nil {
+		if _, err := tx.ExecContext(ctx, upd, d.MerchantID, d.Live, d.ID, status, lastStatus, nullIfEmpty(r.Error), r.NextAttempt); err != nil {
 			return fmt.Errorf("record attempt: %w", err)
-		}
-		if r.OK {
-			_, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET consecutive_failures = 0
-				WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, d.MerchantID, d.Live, d.EndpointID)
-			return err
 		}
 		const fail = `UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1,
 			status = CASE WHEN consecutive_failures + 1 >= $4 THEN 'disabled' ELSE status END

@@ -34,7 +34,8 @@ const (
 func NewDeliverWebhook(p DeliverWebhook) *asynq.Task {
 	b, _ := json.Marshal(p)
 	return asynq.NewTask(TypeDeliverWebhook, b, asynq.TaskID(p.DeliveryID), asynq.Queue(QueueDefault),
-		asynq.MaxRetry(DeliveryMaxRetry), asynq.Timeout(30*time.Second), asynq.Retention(24*time.Hour))
+		asynq.MaxRetry(DeliveryMaxRetry), asynq.Timeout(30*time.Second),
+		asynq.Retention(time.Hour)) // completed deliveries stay visible in the dashboard for an hour
 }
 
 // DeliveryDelay is the wait after a failed attempt when the task has been

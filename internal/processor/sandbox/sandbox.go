@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/jmoiron/sqlx"
 
@@ -26,8 +27,9 @@ const (
 
 // Sandbox implements processor.Processor.
 type Sandbox struct {
-	db      *sqlx.DB
-	baseURL string
+	db       *sqlx.DB
+	baseURL  string
+	accounts sync.Map // processor.Account → Account; they never change once made
 }
 
 var _ processor.Processor = (*Sandbox)(nil)
@@ -63,7 +65,12 @@ type Account struct {
 }
 
 // Account returns (creating on first use) the merchant's sandbox account.
+// Accounts never change, so each is read once per process: an upsert on
+// every payment would serialize a merchant's payments on one row lock.
 func (s *Sandbox) Account(ctx context.Context, acct processor.Account) (Account, error) {
+	if a, ok := s.accounts.Load(acct); ok {
+		return a.(Account), nil
+	}
 	prefix := "pk_test_"
 	if acct.Live {
 		prefix = "pk_live_"
@@ -77,6 +84,7 @@ func (s *Sandbox) Account(ctx context.Context, acct processor.Account) (Account,
 	if err := s.db.GetContext(ctx, &a, q, acct.MerchantID, acct.Live, payments.NewID("acct_"), payments.NewID(prefix)); err != nil {
 		return Account{}, &processor.Error{Op: "account", Retryable: true, Code: "sandbox_unavailable", Err: err}
 	}
+	s.accounts.Store(acct, a)
 	return a, nil
 }
 
