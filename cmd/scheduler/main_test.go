@@ -16,58 +16,6 @@ import (
 	"paysvc/internal/worker"
 )
 
-// freeAddr returns a loopback address nobody listens on right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
-// waitReady polls the admin listener's /readyz until it answers 200; it fails
-// the test if run returns first or 15 s pass.
-func waitReady(t *testing.T, addr string, done <-chan error) {
-	t.Helper()
-	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(15 * time.Second)
-	last := "no answer"
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-done:
-			t.Fatalf("run returned %v before /readyz answered 200 (last: %s)", err, last)
-		default:
-		}
-		res, err := client.Get("http://" + addr + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return
-			}
-			last = res.Status
-		} else {
-			last = err.Error()
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("GET /readyz: got %s for 15s, want 200", last)
-}
-
-// waitRun waits for run to return after ctx was cancelled.
-func waitRun(t *testing.T, done <-chan error) error {
-	t.Helper()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return within 30s of cancellation, want a graceful stop")
-		return nil
-	}
-}
-
 // entries returns the registered scheduler entries as "type spec", sorted.
 func entries(t *testing.T, insp *asynq.Inspector) []string {
 	t.Helper()
@@ -86,7 +34,7 @@ func entries(t *testing.T, insp *asynq.Inspector) []string {
 func TestRunRegistersEntriesAndStopsGracefully(t *testing.T) {
 	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
 	t.Setenv("REDIS_URL", testenv.RedisURL(t))
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	t.Setenv("ADMIN_ADDR", addr)
 	insp := asynq.NewInspector(testenv.RedisOpt(t))
 	defer insp.Close()
@@ -106,7 +54,7 @@ func TestRunRegistersEntriesAndStopsGracefully(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- run(ctx) }()
-	waitReady(t, addr, done)
+	testenv.WaitReady(t, addr, done)
 
 	// The scheduler publishes its entries on its heartbeat (every 5 s).
 	var got []string
@@ -123,7 +71,7 @@ func TestRunRegistersEntriesAndStopsGracefully(t *testing.T) {
 	}
 
 	cancel()
-	if err := waitRun(t, done); err != nil {
+	if err := testenv.WaitRun(t, done); err != nil {
 		t.Errorf("run after cancel: got %v, want nil", err)
 	}
 	if res, err := http.Get("http://" + addr + "/healthz"); err == nil {
@@ -147,7 +95,7 @@ func TestRunFailsWhenAdminAddrIsTaken(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- run(context.Background()) }()
-	if err := waitRun(t, done); err == nil {
+	if err := testenv.WaitRun(t, done); err == nil {
 		t.Error("run with ADMIN_ADDR in use: got nil, want an error")
 	}
 }
@@ -155,11 +103,11 @@ func TestRunFailsWhenAdminAddrIsTaken(t *testing.T) {
 func TestRunRejectsBadConfig(t *testing.T) {
 	t.Setenv("DATABASE_URL", "mysql://localhost/payments")
 	t.Setenv("REDIS_URL", testenv.RedisURL(t))
-	t.Setenv("ADMIN_ADDR", freeAddr(t))
+	t.Setenv("ADMIN_ADDR", testenv.FreeAddr(t))
 
 	done := make(chan error, 1)
 	go func() { done <- run(context.Background()) }()
-	err := waitRun(t, done)
+	err := testenv.WaitRun(t, done)
 	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 		t.Errorf("run with DATABASE_URL=mysql://…: got %v, want a configuration error naming DATABASE_URL", err)
 	}
