@@ -19,6 +19,7 @@ import (
 	"paysvc/internal/postgres"
 	"paysvc/internal/tasks"
 	"paysvc/internal/webhook"
+	"paysvc/internal/worker"
 )
 
 // Env is a process's connections and configuration.
@@ -100,18 +101,9 @@ func (e *Env) Enqueuer() (*tasks.Enqueuer, func()) {
 	enq := &tasks.Enqueuer{Client: client, Log: e.Log, Redis: e.Redis}
 	e.Store.OnDeliveries(func(ctx context.Context, ds []postgres.DeliveryRef) {
 		// The request may be ending; the rows are committed either way.
-		enq.EnqueueDeliveries(context.WithoutCancel(ctx), DeliveryTasks(ds))
+		enq.EnqueueDeliveries(context.WithoutCancel(ctx), worker.DeliveryTasks(ds))
 	})
 	return enq, func() { client.Close() }
-}
-
-// DeliveryTasks converts delivery references to task payloads.
-func DeliveryTasks(ds []postgres.DeliveryRef) []tasks.DeliverWebhook {
-	out := make([]tasks.DeliverWebhook, len(ds))
-	for i, d := range ds {
-		out[i] = tasks.DeliverWebhook{MerchantID: d.MerchantID, Live: d.Live, DeliveryID: d.ID}
-	}
-	return out
 }
 
 // EndpointCheck is the registration check of webhook URLs for this config.

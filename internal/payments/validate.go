@@ -79,8 +79,11 @@ func checkHTTPS(field, raw string) error {
 // IP literals), as is every address a shop will actually send mail to.
 var emailPattern = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+/=?^_` + "`" + `{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_` + "`" + `{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}$`)
 
+// ValidEmail reports whether s is an email address the service accepts.
+func ValidEmail(s string) bool { return len(s) <= 254 && emailPattern.MatchString(s) }
+
 func checkEmail(field, s string) error {
-	if len(s) > 254 || !emailPattern.MatchString(s) {
+	if !ValidEmail(s) {
 		return Invalid(field, "must be a valid email address")
 	}
 	return nil

@@ -41,7 +41,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/jmoiron/sqlx"
 
-	"paysvc/internal/app"
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/processor/sandbox"
@@ -91,7 +90,7 @@ func newDeliveryStack(t *testing.T) *deliveryStack {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	enq := &tasks.Enqueuer{Client: client, Log: log, Redis: testenv.Redis(t)}
 	store.OnDeliveries(func(ctx context.Context, ds []postgres.DeliveryRef) { // as app.Env.Enqueuer
-		enq.EnqueueDeliveries(context.WithoutCancel(ctx), app.DeliveryTasks(ds))
+		enq.EnqueueDeliveries(context.WithoutCancel(ctx), worker.DeliveryTasks(ds))
 	})
 	insp := asynq.NewInspector(redisOpt)
 	t.Cleanup(func() { insp.Close() })

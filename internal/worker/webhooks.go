@@ -158,12 +158,13 @@ func RelayOnce(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, 
 	if err := enq.PublishQueues(ctx); err != nil {
 		return 0, err
 	}
-	return enq.EnqueueDeliveries(ctx, toTasks(ds)), nil
+	return enq.EnqueueDeliveries(ctx, DeliveryTasks(ds)), nil
 }
 
 const relayBatch = 1000
 
-func toTasks(ds []postgres.DeliveryRef) []tasks.DeliverWebhook {
+// DeliveryTasks converts delivery references to task payloads.
+func DeliveryTasks(ds []postgres.DeliveryRef) []tasks.DeliverWebhook {
 	out := make([]tasks.DeliverWebhook, len(ds))
 	for i, d := range ds {
 		out[i] = tasks.DeliverWebhook{MerchantID: d.MerchantID, Live: d.Live, DeliveryID: d.ID}
