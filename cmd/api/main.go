@@ -1,5 +1,5 @@
 // Command api serves the public REST API and the admin listener, and is the
-// admin CLI: migrate, merchant create/unsuspend, key create/revoke.
+// admin CLI: migrate, merchant create/unsuspend, key create/revoke, sandbox payout.
 package main
 
 import (
@@ -22,7 +22,6 @@ import (
 	"paysvc/internal/httpapi"
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
-	"paysvc/internal/processor/sandbox"
 	"paysvc/internal/ratelimit"
 	"paysvc/internal/secrets"
 )
@@ -33,7 +32,8 @@ const usage = `usage:
   api merchant create --name NAME [--email EMAIL] [--plan free|brand|pro]
   api merchant unsuspend --merchant ID
   api key create --merchant ID --mode test|live [--expires-in DURATION]
-  api key revoke --id KEY_ID`
+  api key revoke --id KEY_ID
+  api sandbox payout --merchant ID --mode test|live [--currency CUR]`
 
 // exitLimit is the exit status when a key-creation limit refuses a key.
 const exitLimit = 3
@@ -54,7 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx)
 	case args[0] == "migrate":
 		err = migrate(ctx, stdout)
-	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "key create", cmd == "key revoke":
+	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "key create", cmd == "key revoke", cmd == "sandbox payout":
 		err = admin_(ctx, cmd, args[2:], stdout)
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
 		fmt.Fprintln(stdout, usage)
@@ -97,10 +97,10 @@ func serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if env.Config.Processor != "sandbox" {
-		return fmt.Errorf("PROCESSOR=%s: only the sandbox processor is available in this version", env.Config.Processor)
+	sb, err := env.Sandbox()
+	if err != nil {
+		return err
 	}
-	sb := sandbox.New(env.DB, env.Config.PublicBaseURL)
 	box, err := secrets.New(env.Config.SecretsKey)
 	if err != nil {
 		return err
@@ -165,6 +165,7 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 	mode := fs.String("mode", "", "test or live")
 	expiresIn := fs.Duration("expires-in", 0, "key lifetime, e.g. 720h; 0 = no expiry")
 	id := fs.String("id", "", "key id (key_…)")
+	currency := fs.String("currency", "", "payout currency; default: the balance's only one")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -232,6 +233,18 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 			"id": k.ID, "merchant_id": k.MerchantID, "mode": mode, "hint": k.Hint,
 			"expires_at": unixOrNil(k.ExpiresAt), "revoked_at": unixOrNil(k.RevokedAt), "created": k.Created.Unix(),
 		})
+	case "sandbox payout":
+		if *merchant == "" {
+			return errors.New("--merchant is required")
+		}
+		if *mode != "test" && *mode != "live" {
+			return errors.New("--mode must be test or live")
+		}
+		p, err := svc.PayoutAll(ctx, payments.Scope{MerchantID: *merchant, Live: *mode == "live"}, *currency)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(p)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }

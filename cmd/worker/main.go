@@ -43,7 +43,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, closeQueue := env.Enqueuer() // expiring sessions writes events with deliveries
+	_, closeQueue := env.Enqueuer() // expiries, refunds and disputes write events with deliveries
 	defer closeQueue()
 	srv := asynq.NewServer(env.RedisOpt, asynq.Config{
 		// Deliveries mostly wait on receivers, so concurrency is well above
@@ -59,7 +59,11 @@ func run(ctx context.Context) error {
 		Logger:                   app.AsynqLogger{Log: env.Log},
 	})
 	mux := asynq.NewServeMux()
-	svc := payments.NewService(env.Store, nil, time.Now, payments.WithSessionTTL(env.Config.CheckoutSessionTTL))
+	sb, err := env.Sandbox()
+	if err != nil {
+		return err
+	}
+	svc := payments.NewService(env.Store, nil, time.Now, payments.WithSessionTTL(env.Config.CheckoutSessionTTL), payments.WithProcessor(sb))
 	(&worker.Handlers{Service: svc, Store: env.Store, Log: env.Log, Now: time.Now}).Register(mux)
 	(&worker.Deliverer{
 		Store:     env.Store,

@@ -16,7 +16,9 @@ import (
 
 	"paysvc/internal/admin"
 	"paysvc/internal/config"
+	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
+	"paysvc/internal/processor/sandbox"
 	"paysvc/internal/tasks"
 	"paysvc/internal/webhook"
 	"paysvc/internal/worker"
@@ -93,17 +95,26 @@ func SignalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-// Enqueuer connects an Asynq client and has the store enqueue the webhook
-// deliveries of every transaction after it commits. Call the returned
-// function at shutdown.
+// Enqueuer connects an Asynq client and has the store enqueue the jobs of
+// every transaction (webhook deliveries, refunds …) after it commits. Call
+// the returned function at shutdown.
 func (e *Env) Enqueuer() (*tasks.Enqueuer, func()) {
 	client := asynq.NewClient(e.RedisOpt)
 	enq := &tasks.Enqueuer{Client: client, Log: e.Log, Redis: e.Redis}
-	e.Store.OnDeliveries(func(ctx context.Context, ds []postgres.DeliveryRef) {
+	e.Store.OnCommit(func(ctx context.Context, jobs []payments.Job) {
 		// The request may be ending; the rows are committed either way.
-		enq.EnqueueDeliveries(context.WithoutCancel(ctx), worker.DeliveryTasks(ds))
+		enq.Enqueue(context.WithoutCancel(ctx), worker.Tasks(jobs))
 	})
 	return enq, func() { client.Close() }
+}
+
+// Sandbox returns the card processor: the sandbox, the only one in this
+// version (PROCESSOR=stripe is refused until its adapter lands).
+func (e *Env) Sandbox() (*sandbox.Sandbox, error) {
+	if e.Config.Processor != "sandbox" {
+		return nil, fmt.Errorf("PROCESSOR=%s: only the sandbox processor is available in this version", e.Config.Processor)
+	}
+	return sandbox.New(e.DB, e.Config.PublicBaseURL).WithLatency(e.Config.SandboxRefundLatency), nil
 }
 
 // EndpointCheck is the registration check of webhook URLs for this config.

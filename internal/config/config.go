@@ -38,6 +38,9 @@ type Config struct {
 	WebhookTLSInsecure          bool
 	ContentBlocklistFile        string
 	LogLevel                    string
+	// SandboxRefundLatency delays the sandbox's answer to a refund after it
+	// executed it (tests of a worker dying mid-refund; demos of slow processors).
+	SandboxRefundLatency time.Duration
 }
 
 // devSecretsKey is used when SECRETS_KEY is unset, with a loud warning:
@@ -119,6 +122,11 @@ func Load(getenv func(string) string) (Config, error) {
 	c.RateLimitPerHour = positiveInt(get("RATE_LIMIT_PER_HOUR", "1000"), "RATE_LIMIT_PER_HOUR", bad)
 	c.CheckoutSessionTTL = positiveDuration(get("CHECKOUT_SESSION_TTL", "24h"), "CHECKOUT_SESSION_TTL", bad)
 	c.WebhookRetryBase = positiveDuration(get("WEBHOOK_RETRY_BASE", "30s"), "WEBHOOK_RETRY_BASE", bad)
+	if d, err := time.ParseDuration(get("SANDBOX_REFUND_LATENCY", "0s")); err != nil || d < 0 || d > time.Minute {
+		bad("SANDBOX_REFUND_LATENCY", "must be a duration between 0s and 1m")
+	} else {
+		c.SandboxRefundLatency = d
+	}
 	c.WebhookAllowPrivateNetworks = boolean(get("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "false"), "WEBHOOK_ALLOW_PRIVATE_NETWORKS", bad)
 	c.WebhookTLSInsecure = boolean(get("WEBHOOK_TLS_INSECURE", "false"), "WEBHOOK_TLS_INSECURE", bad)
 

@@ -95,6 +95,11 @@ func New(d Deps) http.Handler {
 	v1.POST("/payment-intents", s.wrap(s.createIntent))
 	v1.GET("/test-payments", s.wrap(s.listTestPayments))
 
+	v1.POST("/refunds", s.wrap(s.createRefund))
+	v1.GET("/disputes", s.wrap(s.listDisputes))
+	v1.GET("/disputes/:id", s.wrap(s.getDispute))
+	v1.POST("/disputes/:id/evidence", s.wrap(s.updateEvidence))
+
 	v1.POST("/webhook-endpoints", s.wrap(s.createEndpoint))
 	v1.GET("/webhook-endpoints", s.wrap(s.listEndpoints))
 	v1.DELETE("/webhook-endpoints/:id", s.wrap(s.deleteEndpoint))

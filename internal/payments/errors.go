@@ -80,6 +80,12 @@ func NotFound(code Code, id string) *Error {
 	return &Error{Code: code, Msg: fmt.Sprintf("No such %s: '%s'", what, id)}
 }
 
+// DisputeNotFound is an unknown dispute id. The spec lists no code of its
+// own; payment_not_found is the nearest (a dispute is about a payment).
+func DisputeNotFound(id string) *Error {
+	return &Error{Code: PaymentNotFound, Msg: fmt.Sprintf("No such dispute: '%s'", id)}
+}
+
 // ErrorCode returns the code of err if it is (or wraps) an *Error, else "".
 func ErrorCode(err error) Code {
 	var e *Error

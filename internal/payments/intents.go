@@ -25,6 +25,10 @@ type PaymentIntent struct {
 	Currency         string
 	Status           string
 	Fee              int64
+	// What has been refunded, and what pending refunds are taking.
+	AmountRefunded      int64
+	AmountRefundPending int64
+	DisputeID           *string
 	CustomerID       *string
 	CustomerName     *string
 	CustomerEmail    *string
@@ -134,8 +138,11 @@ func (s *Service) TestPayments(ctx context.Context, sc Scope, lp ListParams) (Pa
 	return s.store.Payments(ctx, sc, lp)
 }
 
-// succeed marks a payment paid in full and fixes its fee.
-func (pi *PaymentIntent) succeed(plan Plan, o processor.Outcome, now time.Time) {
+// succeed marks a payment paid in full and fixes its fee. Its effects are
+// the balance's credit of the amount net of the fee and, when the
+// processor reports one coming (the sandbox's dispute card), the dispute to
+// open after it.
+func (pi *PaymentIntent) succeed(plan Plan, o processor.Outcome, now time.Time) Effects {
 	pi.Status = IntentSucceeded
 	pi.AmountReceived = pi.Amount
 	pi.Fee = Fee(plan, pi.Currency, pi.Amount)
@@ -144,6 +151,16 @@ func (pi *PaymentIntent) succeed(plan Plan, o processor.Outcome, now time.Time) 
 	if o.Last4 != "" {
 		pi.CardLast4 = &o.Last4
 	}
+	credit := newEntry(LedgerPayment, pi.AmountReceived-pi.Fee, pi.Currency, pi.ID, now)
+	credit.Fee = pi.Fee
+	eff := Effects{Ledger: []LedgerEntry{credit}}
+	if o.Dispute {
+		eff.ProcessorEvents = []ProcessorEvent{{
+			ID: NewID("pev_"), Type: ProcessorDisputeCreated, PaymentIntentID: pi.ID,
+			Data: map[string]string{"reason": "fraudulent"}, Created: now,
+		}}
+	}
+	return eff
 }
 
 func (pi *PaymentIntent) decline(o processor.Outcome) {
@@ -163,17 +180,18 @@ var ErrAlreadyPaid = Errorf(ValidationError, "This payment has already succeeded
 // confirmation, with its event, in one transaction. A payment that already
 // succeeded is left alone (ErrAlreadyPaid): confirming twice charges once.
 func (s *Service) RecordIntentOutcome(ctx context.Context, id string, o processor.Outcome) (PaymentIntent, error) {
-	return s.store.UpdateIntentByID(ctx, id, func(sc Scope, plan Plan, pi *PaymentIntent) ([]Event, error) {
+	return s.store.UpdateIntentByID(ctx, id, func(sc Scope, plan Plan, pi *PaymentIntent) (Effects, error) {
 		if pi.Status == IntentSucceeded {
-			return nil, ErrAlreadyPaid
+			return Effects{}, ErrAlreadyPaid
 		}
 		now := s.now()
 		if !o.Succeeded {
 			pi.decline(o)
-			return []Event{newEvent(EventPaymentFailed, pi.Object(), now)}, nil
+			return Effects{Events: []Event{newEvent(EventPaymentFailed, pi.Object(), now)}}, nil
 		}
-		pi.succeed(plan, o, now)
-		return []Event{newEvent(EventPaymentSucceeded, pi.Object(), now)}, nil
+		eff := pi.succeed(plan, o, now)
+		eff.Events = []Event{newEvent(EventPaymentSucceeded, pi.Object(), now)}
+		return eff, nil
 	})
 }
 

@@ -67,6 +67,8 @@ type PaymentObject struct {
 	Description    *string           `json:"description"`
 	PaymentSession *string           `json:"payment_session"`
 	FeeAmount      int64             `json:"fee_amount"`
+	AmountRefunded int64             `json:"amount_refunded"`
+	Dispute        *string           `json:"dispute"`
 	LastDecline    *string           `json:"last_decline_code"`
 	Metadata       map[string]string `json:"metadata"`
 	Created        int64             `json:"created"`
@@ -78,7 +80,8 @@ func (pi PaymentIntent) Object() PaymentObject {
 	return PaymentObject{
 		ID: pi.ID, Amount: pi.Amount, AmountReceived: pi.AmountReceived, Currency: pi.Currency, Status: pi.Status,
 		Customer: pi.CustomerID, CustomerName: pi.CustomerName, CustomerEmail: pi.CustomerEmail,
-		Description: pi.Description, PaymentSession: pi.SessionID, FeeAmount: pi.Fee, LastDecline: pi.LastDeclineCode,
+		Description: pi.Description, PaymentSession: pi.SessionID, FeeAmount: pi.Fee, AmountRefunded: pi.AmountRefunded,
+		Dispute: pi.DisputeID, LastDecline: pi.LastDeclineCode,
 		Metadata: nonNilMap(pi.Metadata), Created: pi.Created.Unix(), Livemode: pi.Live,
 	}
 }

@@ -45,17 +45,42 @@ type Store interface {
 	SessionByID(ctx context.Context, id string) (CheckoutSession, error)
 	// PayCheckout locks the session and its payment (zero when it has none
 	// yet), runs fn and saves both with fn's events, in one transaction.
-	PayCheckout(ctx context.Context, sessionID string, fn func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) ([]Event, error)) (CheckoutSession, error)
+	PayCheckout(ctx context.Context, sessionID string, fn func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) (Effects, error)) (CheckoutSession, error)
 	// ExpireSessions closes open sessions whose expiry is before now.
 	ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(*CheckoutSession) []Event) (int, error)
 
 	CreateIntent(ctx context.Context, sc Scope, pi PaymentIntent) error
 	// UpdateIntentByID locks a payment found by id alone (the sandbox's
 	// confirm endpoint has no API key), runs fn and saves it with fn's events.
-	UpdateIntentByID(ctx context.Context, id string, fn func(sc Scope, plan Plan, pi *PaymentIntent) ([]Event, error)) (PaymentIntent, error)
+	UpdateIntentByID(ctx context.Context, id string, fn func(sc Scope, plan Plan, pi *PaymentIntent) (Effects, error)) (PaymentIntent, error)
 	Payments(ctx context.Context, sc Scope, lp ListParams) (Page[PaymentIntent], error)
 	// IntentByID reads a payment by id alone, with its scope.
 	IntentByID(ctx context.Context, id string) (Scope, PaymentIntent, error)
+
+	// CreateRefund locks the payment ref names (payment_not_found unless it
+	// is the scope's and succeeded) and the balance of its currency
+	// (balance_verification_failed when that cannot be read), runs fn and
+	// inserts the refund it returns with fn's effects.
+	CreateRefund(ctx context.Context, sc Scope, ref PaymentRef, fn func(pi PaymentIntent, bal Balance) (Refund, Effects, error)) (Refund, error)
+	Refund(ctx context.Context, sc Scope, id string) (Refund, error)
+	// FinishRefund locks the refund and its payment, runs fn and saves both
+	// with fn's effects.
+	FinishRefund(ctx context.Context, sc Scope, id string, fn func(r *Refund, pi *PaymentIntent) (Effects, error)) (Refund, error)
+	// Payout locks the balance of currency (the scope's only one when
+	// empty), runs fn and writes its effects; fn returns the amount paid.
+	Payout(ctx context.Context, sc Scope, currency string, fn func(Balance) (Effects, int64)) (Payout, error)
+	Balances(ctx context.Context, sc Scope) ([]Balance, error)
+
+	Dispute(ctx context.Context, sc Scope, id string) (Dispute, error)
+	Disputes(ctx context.Context, sc Scope, lp ListParams) (Page[Dispute], error)
+	UpdateDispute(ctx context.Context, sc Scope, id string, fn func(d *Dispute) (Effects, error)) (Dispute, error)
+	// RecordEvidenceSent locks the dispute, marks its evidence sent, runs fn
+	// and saves it with fn's effects.
+	RecordEvidenceSent(ctx context.Context, sc Scope, id string, fn func(d *Dispute) Effects) (Dispute, error)
+	// ApplyProcessorEvent locks an unapplied processor event and its
+	// payment, runs fn, inserts the dispute fn returns (if any), saves the
+	// payment with fn's effects and marks the event applied.
+	ApplyProcessorEvent(ctx context.Context, sc Scope, id string, fn func(ev ProcessorEvent, pi *PaymentIntent) (*Dispute, Effects, error)) error
 
 	// CreateEndpoint inserts an endpoint unless the scope has max already.
 	CreateEndpoint(ctx context.Context, sc Scope, e Endpoint, sealedSecret []byte, max int) error

@@ -319,13 +319,13 @@ func (e ErrSessionClosed) Error() string { return "checkout session is " + e.Sta
 // try. A session that is not open (paid in another tab, a double submit,
 // expired) is left alone: ErrSessionClosed. A customer is charged once.
 func (s *Service) RecordCheckoutPayment(ctx context.Context, sessionID string, p CheckoutPayment) (CheckoutSession, error) {
-	return s.store.PayCheckout(ctx, sessionID, func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) ([]Event, error) {
+	return s.store.PayCheckout(ctx, sessionID, func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) (Effects, error) {
 		now := s.now()
 		if cs.Status == SessionOpen && !now.Before(cs.ExpiresAt) {
-			return nil, ErrSessionClosed{Status: SessionExpired} // the sweep will mark it
+			return Effects{}, ErrSessionClosed{Status: SessionExpired} // the sweep will mark it
 		}
 		if cs.Status != SessionOpen {
-			return nil, ErrSessionClosed{Status: cs.Status}
+			return Effects{}, ErrSessionClosed{Status: cs.Status}
 		}
 		total := cs.AmountSubtotal
 		if p.Shipping != nil {
@@ -350,18 +350,19 @@ func (s *Service) RecordCheckoutPayment(ctx context.Context, sessionID string, p
 		cs.PaymentIntentID = &pi.ID
 		if !p.Outcome.Succeeded {
 			pi.decline(p.Outcome)
-			return []Event{newEvent(EventPaymentFailed, pi.Object(), now)}, nil
+			return Effects{Events: []Event{newEvent(EventPaymentFailed, pi.Object(), now)}}, nil
 		}
-		pi.succeed(plan, p.Outcome, now)
+		eff := pi.succeed(plan, p.Outcome, now)
 		cs.Status, cs.PaymentStatus, cs.AmountTotal, cs.CompletedAt = SessionComplete, PaymentPaid, total, &now
 		cs.Shipping, cs.Billing = p.Shipping, p.Billing
 		if cs.CustomerEmail == nil && p.Email != "" {
 			cs.CustomerEmail = &p.Email
 		}
-		return []Event{
+		eff.Events = []Event{
 			newEvent(EventSessionCompleted, cs.Object(), now),
 			newEvent(EventPaymentSucceeded, pi.Object(), now),
-		}, nil
+		}
+		return eff, nil
 	})
 }
 

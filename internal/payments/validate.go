@@ -27,24 +27,39 @@ type MetadataInput map[string]string
 // UnmarshalJSON decodes an object of string values; a value of another type
 // is a validation_error naming its key.
 func (m *MetadataInput) UnmarshalJSON(b []byte) error {
+	out, err := decodeStringMap(b, "metadata")
+	*m = out
+	return err
+}
+
+// EvidenceInput's evidence map: string values only, like metadata.
+type evidenceMap map[string]string
+
+func (m *evidenceMap) UnmarshalJSON(b []byte) error {
+	out, err := decodeStringMap(b, "evidence")
+	*m = out
+	return err
+}
+
+// decodeStringMap decodes a JSON object of string values (or null); any
+// other value is a validation_error naming field.key.
+func decodeStringMap(b []byte, field string) (map[string]string, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return Invalid("metadata", "must be an object of string values")
+		return nil, Invalid(field, "must be an object of string values")
 	}
 	if raw == nil {
-		*m = nil
-		return nil
+		return nil, nil
 	}
-	out := make(MetadataInput, len(raw))
+	out := make(map[string]string, len(raw))
 	for k, v := range raw {
 		var str string
 		if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &str) != nil {
-			return Invalid("metadata."+k, "has the wrong type: expected a string")
+			return nil, Invalid(field+"."+k, "has the wrong type: expected a string")
 		}
 		out[k] = str
 	}
-	*m = out
-	return nil
+	return out, nil
 }
 
 func checkMetadata(md map[string]string) error {

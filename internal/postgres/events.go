@@ -33,7 +33,7 @@ func insertEvents(ctx context.Context, tx *txn, sc payments.Scope, events []paym
 			return fmt.Errorf("insert event %s: %w", e.Type, err)
 		}
 		for _, id := range ids {
-			tx.deliveries = append(tx.deliveries, DeliveryRef{ID: id, MerchantID: sc.MerchantID, Live: sc.Live})
+			tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobDeliverWebhook, ID: id, MerchantID: sc.MerchantID, Live: sc.Live})
 		}
 	}
 	return nil

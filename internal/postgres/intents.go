@@ -15,7 +15,7 @@ import (
 
 const intentCols = `merchant_id, livemode, id, amount, amount_received, currency, status, fee_amount, customer_id,
 	customer_name, customer_email, description, metadata, session_id, client_secret_hash, source, device,
-	card_last4, last_decline_code, succeeded_at, created_at`
+	card_last4, last_decline_code, succeeded_at, created_at, amount_refunded, amount_refund_pending, dispute_id`
 
 type intentRow struct {
 	MerchantID       string         `db:"merchant_id"`
@@ -39,6 +39,9 @@ type intentRow struct {
 	LastDeclineCode  sql.NullString `db:"last_decline_code"`
 	SucceededAt      sql.NullTime   `db:"succeeded_at"`
 	CreatedAt        time.Time      `db:"created_at"`
+	AmountRefunded   int64          `db:"amount_refunded"`
+	RefundPending    int64          `db:"amount_refund_pending"`
+	DisputeID        sql.NullString `db:"dispute_id"`
 }
 
 func (r intentRow) intent() (payments.PaymentIntent, error) {
@@ -49,6 +52,7 @@ func (r intentRow) intent() (payments.PaymentIntent, error) {
 		ClientSecretHash: r.ClientSecretHash, Source: strPtr(r.Source), Device: strPtr(r.Device),
 		CardLast4: strPtr(r.CardLast4), LastDeclineCode: strPtr(r.LastDeclineCode),
 		SucceededAt: timePtr(r.SucceededAt), Created: r.CreatedAt,
+		AmountRefunded: r.AmountRefunded, AmountRefundPending: r.RefundPending, DisputeID: strPtr(r.DisputeID),
 	}
 	if err := json.Unmarshal(r.Metadata, &pi.Metadata); err != nil {
 		return pi, fmt.Errorf("decode metadata of %s: %w", r.ID, err)
@@ -86,10 +90,11 @@ func insertIntent(ctx context.Context, tx sqlx.ExecerContext, sc payments.Scope,
 func updateIntent(ctx context.Context, tx sqlx.ExecerContext, sc payments.Scope, pi payments.PaymentIntent) error {
 	const q = `UPDATE payment_intents SET amount = $4, amount_received = $5, status = $6, fee_amount = $7,
 		customer_name = $8, customer_email = $9, card_last4 = $10, last_decline_code = $11, succeeded_at = $12,
-		updated_at = now()
+		amount_refunded = $13, amount_refund_pending = $14, dispute_id = $15, updated_at = now()
 	WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
 	_, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, pi.ID, pi.Amount, pi.AmountReceived, pi.Status, pi.Fee,
-		pi.CustomerName, pi.CustomerEmail, pi.CardLast4, pi.LastDeclineCode, pi.SucceededAt)
+		pi.CustomerName, pi.CustomerEmail, pi.CardLast4, pi.LastDeclineCode, pi.SucceededAt,
+		pi.AmountRefunded, pi.AmountRefundPending, pi.DisputeID)
 	if err != nil {
 		return fmt.Errorf("update payment: %w", err)
 	}
@@ -125,7 +130,7 @@ func (s *Store) IntentByID(ctx context.Context, id string) (payments.Scope, paym
 
 // UpdateIntentByID locks a payment found by id, runs fn and saves it with
 // fn's events in one transaction.
-func (s *Store) UpdateIntentByID(ctx context.Context, id string, fn func(payments.Scope, payments.Plan, *payments.PaymentIntent) ([]payments.Event, error)) (payments.PaymentIntent, error) {
+func (s *Store) UpdateIntentByID(ctx context.Context, id string, fn func(payments.Scope, payments.Plan, *payments.PaymentIntent) (payments.Effects, error)) (payments.PaymentIntent, error) {
 	var pi payments.PaymentIntent
 	err := s.inTx(ctx, func(tx *txn) error {
 		var r intentRow
@@ -144,14 +149,14 @@ func (s *Store) UpdateIntentByID(ctx context.Context, id string, fn func(payment
 		if err := tx.GetContext(ctx, &plan, `SELECT plan FROM merchants WHERE id = $1`, sc.MerchantID); err != nil {
 			return fmt.Errorf("select plan: %w", err)
 		}
-		events, err := fn(sc, payments.Plan(plan), &pi)
+		eff, err := fn(sc, payments.Plan(plan), &pi)
 		if err != nil {
 			return err
 		}
 		if err := updateIntent(ctx, tx, sc, pi); err != nil {
 			return err
 		}
-		return insertEvents(ctx, tx, sc, events)
+		return applyEffects(ctx, tx, sc, eff)
 	})
 	return pi, err
 }

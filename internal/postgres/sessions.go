@@ -90,7 +90,11 @@ func nullJSON[T any](v *T) any {
 // MerchantPlan returns a merchant's plan.
 func (s *Store) MerchantPlan(ctx context.Context, merchantID string) (payments.Plan, error) {
 	var plan string
-	if err := s.q.GetContext(ctx, &plan, `SELECT plan FROM merchants WHERE id = $1`, merchantID); err != nil {
+	err := s.q.GetContext(ctx, &plan, `SELECT plan FROM merchants WHERE id = $1`, merchantID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", payments.Errorf(payments.ValidationError, "No such merchant: '%s'", merchantID)
+	}
+	if err != nil {
 		return "", fmt.Errorf("select plan: %w", err)
 	}
 	return payments.Plan(plan), nil
@@ -185,7 +189,7 @@ func updateSession(ctx context.Context, tx *txn, sc payments.Scope, cs payments.
 // PayCheckout runs fn on the locked session and its payment and saves both
 // with fn's events in one transaction. The session's row lock serializes
 // concurrent submits, so the second sees the first's outcome.
-func (s *Store) PayCheckout(ctx context.Context, sessionID string, fn func(payments.Scope, payments.Plan, *payments.CheckoutSession, *payments.PaymentIntent) ([]payments.Event, error)) (payments.CheckoutSession, error) {
+func (s *Store) PayCheckout(ctx context.Context, sessionID string, fn func(payments.Scope, payments.Plan, *payments.CheckoutSession, *payments.PaymentIntent) (payments.Effects, error)) (payments.CheckoutSession, error) {
 	var cs payments.CheckoutSession
 	err := s.inTx(ctx, func(tx *txn) error {
 		q := `SELECT ` + sessionCols + ` FROM checkout_sessions WHERE id = $1 FOR UPDATE`
@@ -212,7 +216,7 @@ func (s *Store) PayCheckout(ctx context.Context, sessionID string, fn func(payme
 			}
 		}
 		isNew := pi.ID == ""
-		events, err := fn(sc, payments.Plan(plan), &cs, &pi)
+		eff, err := fn(sc, payments.Plan(plan), &cs, &pi)
 		if err != nil {
 			return err
 		}
@@ -227,7 +231,7 @@ func (s *Store) PayCheckout(ctx context.Context, sessionID string, fn func(payme
 		if err := updateSession(ctx, tx, sc, cs); err != nil {
 			return err
 		}
-		return insertEvents(ctx, tx, sc, events)
+		return applyEffects(ctx, tx, sc, eff)
 	})
 	return cs, err
 }

@@ -22,19 +22,19 @@ import (
 type Store struct {
 	db *sqlx.DB
 	q  prepared // s.db's queries, prepared once per connection
-	// onDeliveries is told the webhook deliveries a transaction created,
-	// after it commits (it enqueues them). Losing the call loses nothing:
-	// the scheduler's relay finds pending deliveries in the table.
-	onDeliveries func(ctx context.Context, ds []DeliveryRef)
+	// onCommit is told the jobs a transaction created (webhook deliveries,
+	// refunds to execute …), after it commits; it enqueues them. Losing the
+	// call loses nothing: each job is a row the scheduler's relay finds.
+	onCommit func(ctx context.Context, jobs []payments.Job)
 }
 
-// OnDeliveries sets the hook told of new webhook deliveries after commit.
-func (s *Store) OnDeliveries(fn func(ctx context.Context, ds []DeliveryRef)) { s.onDeliveries = fn }
+// OnCommit sets the hook told of new jobs after their transaction commits.
+func (s *Store) OnCommit(fn func(ctx context.Context, jobs []payments.Job)) { s.onCommit = fn }
 
-// txn is a transaction and what it created that must be acted on after commit.
+// txn is a transaction and the jobs it created, to enqueue after commit.
 type txn struct {
 	*sqlx.Tx
-	deliveries []DeliveryRef
+	jobs []payments.Job
 }
 
 // New returns a Store on db.
@@ -92,8 +92,8 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *txn) error) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	if len(tx.deliveries) > 0 && s.onDeliveries != nil {
-		s.onDeliveries(ctx, tx.deliveries)
+	if len(tx.jobs) > 0 && s.onCommit != nil {
+		s.onCommit(ctx, tx.jobs)
 	}
 	return nil
 }

@@ -210,24 +210,6 @@ func (s *Store) FailDelivery(ctx context.Context, d Delivery, reason string) err
 	return nil
 }
 
-// DeliveryRef names a delivery and its scope: what a delivery task carries.
-type DeliveryRef struct {
-	ID         string `db:"id"`
-	MerchantID string `db:"merchant_id"`
-	Live       bool   `db:"livemode"`
-}
-
-// OverdueDeliveries returns pending deliveries whose next attempt is before
-// `before`: their task may have vanished (Redis lost, crash after commit).
-func (s *Store) OverdueDeliveries(ctx context.Context, before time.Time, limit int) ([]DeliveryRef, error) {
-	const q = `SELECT id, merchant_id, livemode FROM webhook_deliveries
-	WHERE status = 'pending' AND next_attempt_at < $1 ORDER BY next_attempt_at LIMIT $2`
-	var out []DeliveryRef
-	if err := s.q.SelectContext(ctx, &out, q, before, limit); err != nil {
-		return nil, fmt.Errorf("select overdue deliveries: %w", err)
-	}
-	return out, nil
-}
 
 func nullIfEmpty(s string) *string {
 	if s == "" {

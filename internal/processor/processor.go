@@ -49,6 +49,39 @@ type ClientValues struct {
 type Processor interface {
 	CreateCheckoutSession(ctx context.Context, acct Account, s CheckoutSession) (HostedCheckout, error)
 	CreatePaymentIntent(ctx context.Context, acct Account, pi PaymentIntent) (ClientValues, error)
+	// Refund returns money from a payment. RefundRequest.ID is the
+	// idempotency key: asking again for the same refund (a retry after a
+	// crash) returns the first answer and moves no money twice.
+	Refund(ctx context.Context, acct Account, r RefundRequest) (RefundResult, error)
+	// SubmitDisputeEvidence sends a dispute's evidence; the processor may
+	// decide at once (the sandbox does) or later.
+	SubmitDisputeEvidence(ctx context.Context, acct Account, e DisputeEvidence) (DisputeDecision, error)
+}
+
+// RefundRequest is a refund to execute.
+type RefundRequest struct {
+	ID              string // our re_ id, also the idempotency key
+	PaymentIntentID string
+	Amount          int64
+	Currency        string
+}
+
+// RefundResult is the processor's answer to a refund.
+type RefundResult struct {
+	Succeeded     bool
+	FailureReason string // when not Succeeded
+}
+
+// DisputeEvidence is a dispute's submitted evidence.
+type DisputeEvidence struct {
+	ID       string // our dp_ id
+	Evidence map[string]string
+}
+
+// DisputeDecision is the processor's answer to evidence: won, lost, or
+// under_review while it has not decided.
+type DisputeDecision struct {
+	Status string
 }
 
 // Error is a failure reported by (or on the way to) the processor.

@@ -86,19 +86,20 @@ func (e *Enqueuer) PublishQueues(ctx context.Context) error {
 	return e.Redis.SAdd(ctx, allQueuesKey, QueueCritical, QueueDefault, QueueLow).Err()
 }
 
-// EnqueueDeliveries enqueues delivery tasks after their transaction
-// committed. A task already queued (ErrTaskIDConflict) is fine; any other
-// failure is only logged: the row stays pending and the relay enqueues it.
-func (e *Enqueuer) EnqueueDeliveries(ctx context.Context, ds []DeliverWebhook) int {
+// Enqueue enqueues tasks after their transaction committed and returns how
+// many it queued. A task already queued (ErrTaskIDConflict: its TaskID is
+// its row's id) is fine; any other failure is only logged: the row stays
+// and the relay enqueues it.
+func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task) int {
 	n := 0
-	for _, d := range ds {
-		_, err := e.Client.EnqueueContext(ctx, NewDeliverWebhook(d))
+	for _, t := range ts {
+		_, err := e.Client.EnqueueContext(ctx, t)
 		switch {
 		case err == nil:
 			n++
 		case errors.Is(err, asynq.ErrTaskIDConflict):
 		default:
-			e.Log.WarnContext(ctx, "enqueue webhook delivery; the relay will retry", "delivery", d.DeliveryID, "error", err)
+			e.Log.WarnContext(ctx, "enqueue task; the relay will retry", "type", t.Type(), "error", err)
 		}
 	}
 	return n

@@ -89,8 +89,8 @@ func newDeliveryStack(t *testing.T) *deliveryStack {
 	t.Cleanup(func() { client.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	enq := &tasks.Enqueuer{Client: client, Log: log, Redis: testenv.Redis(t)}
-	store.OnDeliveries(func(ctx context.Context, ds []postgres.DeliveryRef) { // as app.Env.Enqueuer
-		enq.EnqueueDeliveries(context.WithoutCancel(ctx), worker.DeliveryTasks(ds))
+	store.OnCommit(func(ctx context.Context, jobs []payments.Job) { // as app.Env.Enqueuer
+		enq.Enqueue(context.WithoutCancel(ctx), worker.Tasks(jobs))
 	})
 	insp := asynq.NewInspector(redisOpt)
 	t.Cleanup(func() { insp.Close() })

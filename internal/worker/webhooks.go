@@ -126,10 +126,11 @@ func (d *Deliverer) send(ctx context.Context, del postgres.Delivery, secret stri
 	return resp.StatusCode, nil
 }
 
-// Relay re-enqueues pending deliveries whose attempt is overdue by more than
-// grace: their task vanished (Redis flushed or lost, or the process died
-// between commit and enqueue). Enqueueing a task that still exists is a
-// no-op (its TaskID is the delivery id). It runs until ctx ends.
+// Relay re-enqueues work whose task vanished (Redis flushed or lost, or the
+// process died between commit and enqueue): pending deliveries overdue by
+// more than grace, and refunds, processor events and submitted evidence
+// waiting longer than grace. Enqueueing a task that still exists is a no-op
+// (its TaskID is its row's id). It runs until ctx ends.
 func Relay(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, every, grace time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -137,7 +138,7 @@ func Relay(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, ever
 		if n, err := RelayOnce(ctx, store, enq, grace); err != nil {
 			log.WarnContext(ctx, "outbox relay", "error", err)
 		} else if n > 0 {
-			log.InfoContext(ctx, "outbox relay re-enqueued stranded deliveries", "count", n)
+			log.InfoContext(ctx, "outbox relay re-enqueued stranded work", "count", n)
 		}
 		select {
 		case <-ctx.Done():
@@ -148,26 +149,38 @@ func Relay(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, ever
 }
 
 // RelayOnce runs one pass of the relay and returns how many tasks it enqueued.
-// A pass looks at the most overdue relayBatch deliveries; a larger backlog
+// A pass looks at the oldest relayBatch rows of each kind; a larger backlog
 // is worked through on the following passes.
 func RelayOnce(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, grace time.Duration) (int, error) {
-	ds, err := store.OverdueDeliveries(ctx, time.Now().Add(-grace), relayBatch)
-	if err != nil || len(ds) == 0 {
+	jobs, err := store.StrandedJobs(ctx, time.Now().Add(-grace), relayBatch)
+	if err != nil || len(jobs) == 0 {
 		return 0, err
 	}
 	if err := enq.PublishQueues(ctx); err != nil {
 		return 0, err
 	}
-	return enq.EnqueueDeliveries(ctx, DeliveryTasks(ds)), nil
+	return enq.Enqueue(ctx, Tasks(jobs)), nil
 }
 
 const relayBatch = 1000
 
-// DeliveryTasks converts delivery references to task payloads.
-func DeliveryTasks(ds []postgres.DeliveryRef) []tasks.DeliverWebhook {
-	out := make([]tasks.DeliverWebhook, len(ds))
-	for i, d := range ds {
-		out[i] = tasks.DeliverWebhook{MerchantID: d.MerchantID, Live: d.Live, DeliveryID: d.ID}
+// Tasks converts the jobs transactions leave to the tasks that do them.
+func Tasks(jobs []payments.Job) []*asynq.Task {
+	out := make([]*asynq.Task, 0, len(jobs))
+	for _, j := range jobs {
+		ref := tasks.Ref{MerchantID: j.MerchantID, Live: j.Live, ID: j.ID}
+		switch j.Kind {
+		case payments.JobDeliverWebhook:
+			out = append(out, tasks.NewDeliverWebhook(tasks.DeliverWebhook{MerchantID: j.MerchantID, Live: j.Live, DeliveryID: j.ID}))
+		case payments.JobExecuteRefund:
+			out = append(out, tasks.NewMoneyTask(tasks.TypeExecuteRefund, ref))
+		case payments.JobProcessorEvent:
+			out = append(out, tasks.NewMoneyTask(tasks.TypeProcessorEvent, ref))
+		case payments.JobSubmitEvidence:
+			out = append(out, tasks.NewMoneyTask(tasks.TypeSubmitEvidence, ref))
+		default:
+			panic("worker: no task for job kind " + string(j.Kind)) // a new kind without its task is a bug
+		}
 	}
 	return out
 }

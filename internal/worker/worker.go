@@ -26,6 +26,7 @@ func (h *Handlers) Register(mux *asynq.ServeMux) {
 	mux.HandleFunc(tasks.TypePruneIdempotency, h.pruneIdempotency)
 	mux.HandleFunc(tasks.TypePruneViolations, h.pruneViolations)
 	mux.HandleFunc(tasks.TypeExpireSessions, h.expireSessions)
+	h.registerMoney(mux)
 }
 
 // expireBatch bounds one transaction of the expiry sweep.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -30,6 +31,7 @@ type Sandbox struct {
 	db       *sqlx.DB
 	baseURL  string
 	accounts sync.Map // processor.Account → Account; they never change once made
+	latency  time.Duration
 }
 
 var _ processor.Processor = (*Sandbox)(nil)
@@ -37,6 +39,13 @@ var _ processor.Processor = (*Sandbox)(nil)
 // New returns the sandbox; hosted pages are served under baseURL.
 func New(db *sqlx.DB, baseURL string) *Sandbox {
 	return &Sandbox{db: db, baseURL: strings.TrimRight(baseURL, "/")}
+}
+
+// WithLatency makes refunds answer d after they are executed
+// (SANDBOX_REFUND_LATENCY), to emulate a slow processor.
+func (s *Sandbox) WithLatency(d time.Duration) *Sandbox {
+	s.latency = d
+	return s
 }
 
 // CreateCheckoutSession hosts the session at {PUBLIC_BASE_URL}/checkout/{id}.
@@ -131,4 +140,45 @@ func (s *Sandbox) CheckConfirm(ctx context.Context, sc payments.Scope, pi paymen
 		return ErrBadCredentials
 	}
 	return nil
+}
+
+// Refund executes a refund once: the first call for a refund id records it
+// and answers succeeded; later calls (a retry after a crash) answer from the
+// record. The sandbox's card network never refuses a refund.
+func (s *Sandbox) Refund(ctx context.Context, _ processor.Account, r processor.RefundRequest) (processor.RefundResult, error) {
+	const q = `INSERT INTO sandbox_refunds (refund_id, payment_intent_id, amount, status) VALUES ($1, $2, $3, 'succeeded')
+	ON CONFLICT (refund_id) DO UPDATE SET refund_id = EXCLUDED.refund_id
+	RETURNING status`
+	var status string
+	if err := s.db.GetContext(ctx, &status, q, r.ID, r.PaymentIntentID, r.Amount); err != nil {
+		return processor.RefundResult{}, &processor.Error{Op: "refund", Retryable: true, Code: "sandbox_unavailable", Err: err}
+	}
+	if s.latency > 0 {
+		// Emulates a slow processor answering after it acted: the window in
+		// which a worker can die having refunded but not yet recorded it.
+		select {
+		case <-time.After(s.latency):
+		case <-ctx.Done():
+			return processor.RefundResult{}, &processor.Error{Op: "refund", Retryable: true, Code: "timeout", Err: ctx.Err()}
+		}
+	}
+	return processor.RefundResult{Succeeded: status == "succeeded", FailureReason: "declined"}, nil
+}
+
+// Evidence texts that decide a sandbox dispute (decisions.md §5).
+const (
+	EvidenceWinning = "winning_evidence"
+	EvidenceLosing  = "losing_evidence"
+)
+
+// SubmitDisputeEvidence decides at once on uncategorized_text: winning
+// evidence wins, losing evidence loses, anything else stays under review.
+func (s *Sandbox) SubmitDisputeEvidence(_ context.Context, _ processor.Account, e processor.DisputeEvidence) (processor.DisputeDecision, error) {
+	switch e.Evidence["uncategorized_text"] {
+	case EvidenceWinning:
+		return processor.DisputeDecision{Status: "won"}, nil
+	case EvidenceLosing:
+		return processor.DisputeDecision{Status: "lost"}, nil
+	}
+	return processor.DisputeDecision{Status: "under_review"}, nil
 }

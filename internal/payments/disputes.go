@@ -1,0 +1,231 @@
+package payments
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	"paysvc/internal/processor"
+)
+
+// Dispute statuses (decisions.md §2).
+const (
+	DisputeNeedsResponse = "needs_response"
+	DisputeUnderReview   = "under_review"
+	DisputeWon           = "won"
+	DisputeLost          = "lost"
+)
+
+// Dispute events.
+const (
+	EventDisputeCreated = "charge.dispute.created"
+	EventDisputeClosed  = "charge.dispute.closed"
+)
+
+// DisputeResponseWindow is how long a merchant has to answer a dispute.
+const DisputeResponseWindow = 7 * 24 * time.Hour
+
+// DisputeListLimit is the dispute list's default page size (the spec's 50).
+const DisputeListLimit = 50
+
+// evidenceFields are the processor's dispute-evidence fields (Stripe's).
+var evidenceFields = map[string]bool{
+	"access_activity_log": true, "billing_address": true, "cancellation_policy": true,
+	"cancellation_policy_disclosure": true, "cancellation_rebuttal": true, "customer_communication": true,
+	"customer_email_address": true, "customer_name": true, "customer_purchase_ip": true, "customer_signature": true,
+	"duplicate_charge_documentation": true, "duplicate_charge_explanation": true, "duplicate_charge_id": true,
+	"product_description": true, "receipt": true, "refund_policy": true, "refund_policy_disclosure": true,
+	"refund_refusal_explanation": true, "service_date": true, "service_documentation": true,
+	"shipping_address": true, "shipping_carrier": true, "shipping_date": true, "shipping_documentation": true,
+	"shipping_tracking_number": true, "uncategorized_file": true, "uncategorized_text": true,
+}
+
+// maxEvidenceLen bounds one evidence value (Stripe allows 20,000 characters).
+const maxEvidenceLen = 20000
+
+// Dispute is a chargeback on a payment.
+type Dispute struct {
+	ID              string
+	Live            bool
+	PaymentIntentID string
+	Amount          int64
+	Currency        string
+	Reason          string
+	Status          string
+	Evidence        map[string]string
+	EvidenceDueBy   *time.Time
+	SubmittedAt     *time.Time
+	ClosedAt        *time.Time
+	Created         time.Time
+}
+
+// DisputeObject is a dispute as the API returns it.
+type DisputeObject struct {
+	ID            string            `json:"id"`
+	Object        string            `json:"object"`
+	Status        string            `json:"status"`
+	Reason        string            `json:"reason"`
+	AmountCents   int64             `json:"amount_cents"`
+	Currency      string            `json:"currency"`
+	PaymentIntent string            `json:"payment_intent"`
+	Evidence      map[string]string `json:"evidence"`
+	EvidenceDueBy *int64            `json:"evidence_due_by"`
+	HasEvidence   bool              `json:"has_evidence"`
+	Submitted     bool              `json:"evidence_submitted"`
+	Created       int64             `json:"created"`
+	Livemode      bool              `json:"livemode"`
+}
+
+// Object returns the dispute's API shape.
+func (d Dispute) Object() DisputeObject {
+	o := DisputeObject{
+		ID: d.ID, Object: "dispute", Status: d.Status, Reason: d.Reason, AmountCents: d.Amount, Currency: d.Currency,
+		PaymentIntent: d.PaymentIntentID, Evidence: nonNilMap(d.Evidence), HasEvidence: len(d.Evidence) > 0,
+		Submitted: d.SubmittedAt != nil, Created: d.Created.Unix(), Livemode: d.Live,
+	}
+	if d.EvidenceDueBy != nil {
+		due := d.EvidenceDueBy.Unix()
+		o.EvidenceDueBy = &due
+	}
+	return o
+}
+
+// EvidenceInput is the body of POST /v1/disputes/{id}/evidence.
+type EvidenceInput struct {
+	Evidence evidenceMap `json:"evidence"`
+	Submit   *bool       `json:"submit"`
+}
+
+func (in EvidenceInput) validate() error {
+	keys := make([]string, 0, len(in.Evidence))
+	for k := range in.Evidence {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // the first bad field named is always the same one
+	for _, k := range keys {
+		if !evidenceFields[k] {
+			return Invalid("evidence."+k, "is not a dispute evidence field")
+		}
+		if len(in.Evidence[k]) > maxEvidenceLen {
+			return Invalid("evidence."+k, "must be at most %d characters", maxEvidenceLen)
+		}
+		if strings.ContainsRune(in.Evidence[k], 0) {
+			return Invalid("evidence."+k, "must not contain NUL characters")
+		}
+	}
+	return nil
+}
+
+// Dispute returns one of the scope's disputes. Codes: payment_not_found.
+func (s *Service) Dispute(ctx context.Context, sc Scope, id string) (Dispute, error) {
+	return s.store.Dispute(ctx, sc, id)
+}
+
+// Disputes lists the scope's disputes, newest first.
+func (s *Service) Disputes(ctx context.Context, sc Scope, lp ListParams) (Page[Dispute], error) {
+	return s.store.Disputes(ctx, sc, lp)
+}
+
+// UpdateEvidence merges evidence into a dispute that still needs a response;
+// an empty value removes a field. With submit, the dispute goes to
+// under_review and a worker sends the evidence to the processor, which
+// decides it. After submission, or past evidence_due_by, evidence is
+// refused. Codes: validation_error, payment_not_found.
+func (s *Service) UpdateEvidence(ctx context.Context, sc Scope, id string, in EvidenceInput) (Dispute, error) {
+	if err := in.validate(); err != nil {
+		return Dispute{}, err
+	}
+	now := s.now()
+	return s.store.UpdateDispute(ctx, sc, id, func(d *Dispute) (Effects, error) {
+		if d.SubmittedAt != nil || d.Status != DisputeNeedsResponse {
+			return Effects{}, Errorf(ValidationError, "Evidence for dispute %s has already been submitted and can no longer change.", d.ID)
+		}
+		if d.EvidenceDueBy != nil && now.After(*d.EvidenceDueBy) {
+			return Effects{}, Errorf(ValidationError, "The evidence for dispute %s was due by %s.", d.ID, d.EvidenceDueBy.UTC().Format(time.RFC3339))
+		}
+		if d.Evidence == nil {
+			d.Evidence = map[string]string{}
+		}
+		for k, v := range in.Evidence {
+			if v == "" {
+				delete(d.Evidence, k)
+			} else {
+				d.Evidence[k] = v
+			}
+		}
+		if in.Submit == nil || !*in.Submit {
+			return Effects{}, nil
+		}
+		d.Status, d.SubmittedAt = DisputeUnderReview, &now
+		return Effects{Jobs: []Job{{Kind: JobSubmitEvidence, ID: d.ID, MerchantID: sc.MerchantID, Live: sc.Live}}}, nil
+	})
+}
+
+// ApplyProcessorEvent applies a stored processor event once; an event
+// applied already is a no-op.
+func (s *Service) ApplyProcessorEvent(ctx context.Context, sc Scope, id string) error {
+	now := s.now()
+	return s.store.ApplyProcessorEvent(ctx, sc, id, func(ev ProcessorEvent, pi *PaymentIntent) (*Dispute, Effects, error) {
+		if ev.Type != ProcessorDisputeCreated {
+			return nil, Effects{}, nil // a type this version does not act on
+		}
+		return openDispute(sc, ev, pi, now)
+	})
+}
+
+// openDispute opens a dispute on a payment: the disputed amount, all that
+// was not refunded or reserved by a pending refund, leaves the balance now.
+func openDispute(sc Scope, ev ProcessorEvent, pi *PaymentIntent, now time.Time) (*Dispute, Effects, error) {
+	amount := pi.Refundable()
+	if pi.DisputeID != nil || pi.Status != IntentSucceeded || amount <= 0 {
+		return nil, Effects{}, nil // nothing left to dispute
+	}
+	reason := ev.Data["reason"]
+	if reason == "" {
+		reason = "general"
+	}
+	due := now.Add(DisputeResponseWindow)
+	d := &Dispute{
+		ID: NewID("dp_"), Live: sc.Live, PaymentIntentID: pi.ID, Amount: amount, Currency: pi.Currency,
+		Reason: reason, Status: DisputeNeedsResponse, EvidenceDueBy: &due, Created: now,
+	}
+	pi.DisputeID = &d.ID
+	return d, Effects{
+		Ledger: []LedgerEntry{newEntry(LedgerDispute, -amount, d.Currency, d.ID, now)},
+		Events: []Event{newEvent(EventDisputeCreated, d.Object(), now)},
+	}, nil
+}
+
+// SendEvidence sends a submitted dispute's evidence to the processor and
+// applies its decision: won returns the disputed amount to the balance, lost
+// keeps it withdrawn; both send charge.dispute.closed. Running it twice
+// is safe: evidence already sent is not sent again.
+func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Dispute, error) {
+	d, err := s.store.Dispute(ctx, sc, id)
+	if err != nil || d.SubmittedAt == nil {
+		return d, err
+	}
+	decision, err := s.proc.SubmitDisputeEvidence(ctx, account(sc), processor.DisputeEvidence{ID: d.ID, Evidence: d.Evidence})
+	if err != nil {
+		return d, err
+	}
+	now := s.now()
+	return s.store.RecordEvidenceSent(ctx, sc, id, func(d *Dispute) Effects {
+		if d.Status != DisputeUnderReview {
+			return Effects{}
+		}
+		switch decision.Status {
+		case DisputeWon:
+			d.Status, d.ClosedAt = DisputeWon, &now
+			return Effects{
+				Ledger: []LedgerEntry{newEntry(LedgerDisputeReversal, d.Amount, d.Currency, d.ID, now)},
+				Events: []Event{newEvent(EventDisputeClosed, d.Object(), now)},
+			}
+		case DisputeLost:
+			d.Status, d.ClosedAt = DisputeLost, &now
+			return Effects{Events: []Event{newEvent(EventDisputeClosed, d.Object(), now)}}
+		}
+		return Effects{} // still under review
+	})
+}

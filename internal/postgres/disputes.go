@@ -1,0 +1,182 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"paysvc/internal/payments"
+)
+
+const disputeCols = `merchant_id, livemode, id, payment_intent_id, amount, currency, reason, status, evidence,
+	evidence_due_by, submitted_at, closed_at, created_at`
+
+type disputeRow struct {
+	MerchantID      string       `db:"merchant_id"`
+	Live            bool         `db:"livemode"`
+	ID              string       `db:"id"`
+	PaymentIntentID string       `db:"payment_intent_id"`
+	Amount          int64        `db:"amount"`
+	Currency        string       `db:"currency"`
+	Reason          string       `db:"reason"`
+	Status          string       `db:"status"`
+	Evidence        []byte       `db:"evidence"`
+	EvidenceDueBy   sql.NullTime `db:"evidence_due_by"`
+	SubmittedAt     sql.NullTime `db:"submitted_at"`
+	ClosedAt        sql.NullTime `db:"closed_at"`
+	CreatedAt       time.Time    `db:"created_at"`
+}
+
+func (r disputeRow) dispute() (payments.Dispute, error) {
+	d := payments.Dispute{
+		ID: r.ID, Live: r.Live, PaymentIntentID: r.PaymentIntentID, Amount: r.Amount, Currency: r.Currency,
+		Reason: r.Reason, Status: r.Status, EvidenceDueBy: timePtr(r.EvidenceDueBy), SubmittedAt: timePtr(r.SubmittedAt),
+		ClosedAt: timePtr(r.ClosedAt), Created: r.CreatedAt,
+	}
+	if err := json.Unmarshal(r.Evidence, &d.Evidence); err != nil {
+		return d, fmt.Errorf("decode evidence of %s: %w", r.ID, err)
+	}
+	return d, nil
+}
+
+func dispute(ctx context.Context, q interface {
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
+}, sc payments.Scope, id, lock string) (payments.Dispute, error) {
+	var r disputeRow
+	err := q.GetContext(ctx, &r, `SELECT `+disputeCols+` FROM disputes WHERE merchant_id = $1 AND livemode = $2 AND id = $3`+lock,
+		sc.MerchantID, sc.Live, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.Dispute{}, payments.DisputeNotFound(id)
+	}
+	if err != nil {
+		return payments.Dispute{}, fmt.Errorf("select dispute: %w", err)
+	}
+	return r.dispute()
+}
+
+func saveDispute(ctx context.Context, tx *txn, sc payments.Scope, d payments.Dispute) error {
+	const q = `UPDATE disputes SET status = $4, evidence = $5, submitted_at = $6, closed_at = $7
+	WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
+	if _, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, d.ID, d.Status, jsonb(nonNilMap(d.Evidence)), d.SubmittedAt, d.ClosedAt); err != nil {
+		return fmt.Errorf("update dispute: %w", err)
+	}
+	return nil
+}
+
+// Dispute reads one of the scope's disputes.
+func (s *Store) Dispute(ctx context.Context, sc payments.Scope, id string) (payments.Dispute, error) {
+	return dispute(ctx, &s.q, sc, id, "")
+}
+
+// Disputes returns a page of the scope's disputes, newest first.
+func (s *Store) Disputes(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Dispute], error) {
+	const first = `SELECT ` + disputeCols + ` FROM disputes WHERE merchant_id = $1 AND livemode = $2
+		ORDER BY created_at DESC, id DESC LIMIT $3`
+	const after = `SELECT ` + disputeCols + ` FROM disputes WHERE merchant_id = $1 AND livemode = $2
+		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
+	return keysetPage(ctx, s, sc, lp, "disputes", first, after, disputeRow.dispute)
+}
+
+// UpdateDispute locks a dispute, runs fn and saves it with fn's effects.
+func (s *Store) UpdateDispute(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Dispute) (payments.Effects, error)) (payments.Dispute, error) {
+	var d payments.Dispute
+	err := s.inTx(ctx, func(tx *txn) error {
+		var err error
+		if d, err = dispute(ctx, tx, sc, id, " FOR UPDATE"); err != nil {
+			return err
+		}
+		eff, err := fn(&d)
+		if err != nil {
+			return err
+		}
+		if err := saveDispute(ctx, tx, sc, d); err != nil {
+			return err
+		}
+		return applyEffects(ctx, tx, sc, eff)
+	})
+	return d, err
+}
+
+// RecordEvidenceSent locks the dispute, marks its evidence as sent to the
+// processor, runs fn (which applies the processor's decision) and saves it
+// with fn's effects.
+func (s *Store) RecordEvidenceSent(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Dispute) payments.Effects) (payments.Dispute, error) {
+	var d payments.Dispute
+	err := s.inTx(ctx, func(tx *txn) error {
+		var err error
+		if d, err = dispute(ctx, tx, sc, id, " FOR UPDATE"); err != nil {
+			return err
+		}
+		eff := fn(&d)
+		if err := saveDispute(ctx, tx, sc, d); err != nil {
+			return err
+		}
+		const q = `UPDATE disputes SET evidence_sent_at = coalesce(evidence_sent_at, now())
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
+		if _, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, id); err != nil {
+			return fmt.Errorf("mark evidence sent: %w", err)
+		}
+		return applyEffects(ctx, tx, sc, eff)
+	})
+	return d, err
+}
+
+// ApplyProcessorEvent locks an unapplied processor event and its payment,
+// runs fn, inserts the dispute fn opens, saves the payment with fn's
+// effects and marks the event applied, in one transaction. An event
+// applied already is left alone.
+func (s *Store) ApplyProcessorEvent(ctx context.Context, sc payments.Scope, id string, fn func(payments.ProcessorEvent, *payments.PaymentIntent) (*payments.Dispute, payments.Effects, error)) error {
+	return s.inTx(ctx, func(tx *txn) error {
+		var r struct {
+			ID        string         `db:"id"`
+			Type      string         `db:"type"`
+			PaymentID sql.NullString `db:"payment_intent_id"`
+			Data      []byte         `db:"data"`
+			CreatedAt time.Time      `db:"created_at"`
+		}
+		const q = `SELECT id, type, payment_intent_id, data, created_at FROM processor_events
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND processed_at IS NULL FOR UPDATE`
+		err := tx.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // applied already, or not ours
+		}
+		if err != nil {
+			return fmt.Errorf("lock processor event: %w", err)
+		}
+		ev := payments.ProcessorEvent{ID: r.ID, Type: r.Type, PaymentIntentID: r.PaymentID.String, Created: r.CreatedAt}
+		if err := json.Unmarshal(r.Data, &ev.Data); err != nil {
+			return fmt.Errorf("decode processor event %s: %w", id, err)
+		}
+		// The event row is locked before the payment; no other path locks
+		// processor events, so the order cannot deadlock.
+		var pi payments.PaymentIntent
+		if r.PaymentID.Valid {
+			if pi, err = intent(ctx, tx, sc, r.PaymentID.String, " FOR UPDATE"); err != nil {
+				return err
+			}
+		}
+		d, eff, err := fn(ev, &pi)
+		if err != nil {
+			return err
+		}
+		if d != nil {
+			const ins = `INSERT INTO disputes (merchant_id, livemode, id, payment_intent_id, amount, currency, reason, status,
+				evidence, evidence_due_by, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, '{}', $9, $10)`
+			if _, err := tx.ExecContext(ctx, ins, sc.MerchantID, sc.Live, d.ID, d.PaymentIntentID, d.Amount, d.Currency,
+				d.Reason, d.Status, d.EvidenceDueBy, d.Created); err != nil {
+				return fmt.Errorf("insert dispute: %w", err)
+			}
+			if err := updateIntent(ctx, tx, sc, pi); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE processor_events SET processed_at = now() WHERE id = $1`, id); err != nil {
+			return fmt.Errorf("mark processor event applied: %w", err)
+		}
+		return applyEffects(ctx, tx, sc, eff)
+	})
+}

@@ -1,0 +1,92 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"paysvc/internal/payments"
+)
+
+// applyEffects writes a change's effects in its transaction: ledger entries
+// with the balance they move, the reservation change, processor events,
+// merchant events with their deliveries, and the jobs to enqueue after
+// commit.
+func applyEffects(ctx context.Context, tx *txn, sc payments.Scope, eff payments.Effects) error {
+	moves := map[string]int64{} // currency → change of ledger_total
+	for _, e := range eff.Ledger {
+		const q = `INSERT INTO ledger_entries (id, merchant_id, livemode, currency, type, amount, fee, source_id, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+		if _, err := tx.ExecContext(ctx, q, e.ID, sc.MerchantID, sc.Live, e.Currency, e.Type, e.Amount, e.Fee, e.SourceID, e.Created); err != nil {
+			return fmt.Errorf("insert ledger entry %s of %s: %w", e.Type, e.SourceID, err)
+		}
+		moves[e.Currency] += e.Amount
+	}
+	if eff.Reserve != 0 {
+		if _, ok := moves[eff.ReserveCurrency]; !ok {
+			moves[eff.ReserveCurrency] = 0
+		}
+	}
+	for cur, delta := range moves {
+		reserve := int64(0)
+		if cur == eff.ReserveCurrency {
+			reserve = eff.Reserve
+		}
+		// Last in the transaction where it can be, so the row's lock is
+		// held only until commit.
+		const q = `INSERT INTO balances (merchant_id, livemode, currency, ledger_total, reserved, updated_at)
+		VALUES ($1, $2, $3, $4, $5, now())
+		ON CONFLICT (merchant_id, livemode, currency) DO UPDATE SET
+			ledger_total = balances.ledger_total + EXCLUDED.ledger_total,
+			reserved = balances.reserved + EXCLUDED.reserved, updated_at = now()`
+		if _, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, cur, delta, reserve); err != nil {
+			return fmt.Errorf("update balance: %w", err)
+		}
+	}
+	for _, pe := range eff.ProcessorEvents {
+		const q = `INSERT INTO processor_events (id, merchant_id, livemode, type, payment_intent_id, data, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`
+		if _, err := tx.ExecContext(ctx, q, pe.ID, sc.MerchantID, sc.Live, pe.Type, nullIfEmpty(pe.PaymentIntentID), jsonb(nonNilMap(pe.Data)), pe.Created); err != nil {
+			return fmt.Errorf("insert processor event: %w", err)
+		}
+		tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobProcessorEvent, ID: pe.ID, MerchantID: sc.MerchantID, Live: sc.Live})
+	}
+	tx.jobs = append(tx.jobs, eff.Jobs...)
+	return insertEvents(ctx, tx, sc, eff.Events)
+}
+
+// StrandedJobs returns work whose task may have vanished (Redis lost its
+// data, or a process died between commit and enqueue): pending deliveries
+// overdue since before, and refunds, processor events and submitted
+// evidence still waiting since before. At most limit of each kind, oldest
+// first; enqueueing one whose task still exists is a no-op.
+func (s *Store) StrandedJobs(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
+	queries := []struct {
+		kind payments.JobKind
+		q    string
+	}{
+		{payments.JobDeliverWebhook, `SELECT id, merchant_id, livemode FROM webhook_deliveries
+			WHERE status = 'pending' AND next_attempt_at < $1 ORDER BY next_attempt_at LIMIT $2`},
+		{payments.JobExecuteRefund, `SELECT id, merchant_id, livemode FROM refunds
+			WHERE status = 'pending' AND created_at < $1 ORDER BY created_at LIMIT $2`},
+		{payments.JobProcessorEvent, `SELECT id, merchant_id, livemode FROM processor_events
+			WHERE processed_at IS NULL AND created_at < $1 ORDER BY created_at LIMIT $2`},
+		{payments.JobSubmitEvidence, `SELECT id, merchant_id, livemode FROM disputes
+			WHERE submitted_at IS NOT NULL AND evidence_sent_at IS NULL AND submitted_at < $1 ORDER BY submitted_at LIMIT $2`},
+	}
+	var out []payments.Job
+	for _, k := range queries {
+		var rows []struct {
+			ID         string `db:"id"`
+			MerchantID string `db:"merchant_id"`
+			Live       bool   `db:"livemode"`
+		}
+		if err := s.q.SelectContext(ctx, &rows, k.q, before, limit); err != nil {
+			return nil, fmt.Errorf("select stranded %s jobs: %w", k.kind, err)
+		}
+		for _, r := range rows {
+			out = append(out, payments.Job{Kind: k.kind, ID: r.ID, MerchantID: r.MerchantID, Live: r.Live})
+		}
+	}
+	return out, nil
+}
