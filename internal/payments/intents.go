@@ -18,30 +18,30 @@ const (
 
 // PaymentIntent is a payment: from a checkout session or the embedded flow.
 type PaymentIntent struct {
-	ID               string
-	Live             bool
-	Amount           int64
-	AmountReceived   int64
-	Currency         string
-	Status           string
-	Fee              int64
+	ID             string
+	Live           bool
+	Amount         int64
+	AmountReceived int64
+	Currency       string
+	Status         string
+	Fee            int64
 	// What has been refunded, and what pending refunds are taking.
 	AmountRefunded      int64
 	AmountRefundPending int64
 	DisputeID           *string
-	CustomerID       *string
-	CustomerName     *string
-	CustomerEmail    *string
-	Description      *string
-	Metadata         map[string]string
-	SessionID        *string
-	ClientSecretHash []byte
-	Source           *string
-	Device           *string
-	CardLast4        *string
-	LastDeclineCode  *string
-	SucceededAt      *time.Time
-	Created          time.Time
+	CustomerID          *string
+	CustomerName        *string
+	CustomerEmail       *string
+	Description         *string
+	Metadata            map[string]string
+	SessionID           *string
+	ClientSecretHash    []byte
+	Source              *string
+	Device              *string
+	CardLast4           *string
+	LastDeclineCode     *string
+	SucceededAt         *time.Time
+	Created             time.Time
 }
 
 // IntentInput is the body of POST /v1/payment-intents.

@@ -47,10 +47,10 @@ type JobKind string
 // The kinds of after-commit work. Each names a row that stays the truth:
 // a lost job is found again by the scheduler's relay.
 const (
-	JobDeliverWebhook  JobKind = "webhook_delivery" // a webhook_deliveries row
-	JobExecuteRefund   JobKind = "refund"           // a pending refund
-	JobProcessorEvent  JobKind = "processor_event"  // an unapplied processor event
-	JobSubmitEvidence  JobKind = "dispute_evidence" // submitted evidence not yet sent to the processor
+	JobDeliverWebhook JobKind = "webhook_delivery" // a webhook_deliveries row
+	JobExecuteRefund  JobKind = "refund"           // a pending refund
+	JobProcessorEvent JobKind = "processor_event"  // an unapplied processor event
+	JobSubmitEvidence JobKind = "dispute_evidence" // submitted evidence not yet sent to the processor
 )
 
 // Job is work to enqueue once its transaction has committed.

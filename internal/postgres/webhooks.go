@@ -210,7 +210,6 @@ func (s *Store) FailDelivery(ctx context.Context, d Delivery, reason string) err
 	return nil
 }
 
-
 func nullIfEmpty(s string) *string {
 	if s == "" {
 		return nil
