@@ -180,7 +180,9 @@ func TestDocumentBuilds(t *testing.T) {
 		"POST /v1/payment-intents": true, "GET /v1/test-payments": true,
 		"POST /v1/webhook-endpoints": true, "GET /v1/webhook-endpoints": true,
 		"DELETE /v1/webhook-endpoints/{id}": true,
-		"GET /v1/openapi.yaml":              true,
+		"POST /v1/refunds":                  true, "GET /v1/disputes": true, "GET /v1/disputes/{id}": true,
+		"POST /v1/disputes/{id}/evidence": true,
+		"GET /v1/openapi.yaml":            true,
 	}
 	got := map[string]bool{}
 	for path, item := range m.Paths.PathItems.FromOldest() {
