@@ -102,11 +102,12 @@ func (in RefundInput) validate() (PaymentRef, error) {
 	return ref, nil
 }
 
-// CreateRefund creates a pending refund and reserves its amount, after the
-// checks, all in one transaction holding the payment's and the balance's row
-// locks: concurrent refunds see each other's reservations, so together they
-// never exceed what was paid nor what the balance holds. A worker executes
-// it at the processor (JobExecuteRefund). Codes: validation_error,
+// CreateRefund creates a pending refund and reserves its amount from the
+// balance, in one transaction holding the payment's row lock: concurrent
+// refunds of a payment see each other's pending amounts, and the
+// reservation is one conditional update of the balance row, so together
+// refunds never exceed what was paid nor what the balance holds. A worker
+// executes it at the processor (JobExecuteRefund). Codes: validation_error,
 // payment_not_found, refund_not_allowed, already_refunded,
 // refund_amount_too_large, insufficient_balance, balance_verification_failed.
 func (s *Service) CreateRefund(ctx context.Context, sc Scope, in RefundInput) (Refund, error) {
@@ -115,33 +116,39 @@ func (s *Service) CreateRefund(ctx context.Context, sc Scope, in RefundInput) (R
 		return Refund{}, err
 	}
 	now := s.now()
-	return s.store.CreateRefund(ctx, sc, ref, func(pi PaymentIntent, bal Balance) (Refund, Effects, error) {
+	return s.store.CreateRefund(ctx, sc, ref, func(pi PaymentIntent) (Refund, []Job, error) {
 		if pi.DisputeID != nil {
-			return Refund{}, Effects{}, Errorf(RefundNotAllowed, "Payment %s is disputed and cannot be refunded.", pi.ID)
+			return Refund{}, nil, Errorf(RefundNotAllowed, "Payment %s is disputed and cannot be refunded.", pi.ID)
 		}
 		remaining := pi.Refundable()
 		if remaining <= 0 {
-			return Refund{}, Effects{}, Errorf(AlreadyRefunded, "Payment %s has already been fully refunded.", pi.ID)
+			return Refund{}, nil, Errorf(AlreadyRefunded, "Payment %s has already been fully refunded.", pi.ID)
 		}
 		amount := remaining
 		if in.Amount != nil {
 			amount = *in.Amount
 		}
 		if amount > remaining {
-			return Refund{}, Effects{}, Errorf(RefundAmountTooLarge, "Refund amount %d exceeds the %d that remains refundable on payment %s.", amount, remaining, pi.ID)
-		}
-		if amount > bal.Available() {
-			return Refund{}, Effects{}, Errorf(InsufficientBalance, "The available balance cannot cover a refund of %d %s.", amount, pi.Currency)
+			return Refund{}, nil, Errorf(RefundAmountTooLarge, "Refund amount %d exceeds the %d that remains refundable on payment %s.", amount, remaining, pi.ID)
 		}
 		r := Refund{
 			ID: NewID("re_"), Live: sc.Live, PaymentIntentID: pi.ID, SessionID: pi.SessionID, Amount: amount,
 			Currency: pi.Currency, Reason: in.Reason, Status: RefundPending, Created: now,
 		}
-		return r, Effects{
-			Reserve: amount, ReserveCurrency: pi.Currency,
-			Jobs: []Job{{Kind: JobExecuteRefund, ID: r.ID, MerchantID: sc.MerchantID, Live: sc.Live}},
-		}, nil
+		return r, []Job{{Kind: JobExecuteRefund, ID: r.ID, MerchantID: sc.MerchantID, Live: sc.Live}}, nil
 	})
+}
+
+// ErrInsufficientBalance is the refusal of a refund the available balance
+// cannot cover.
+func ErrInsufficientBalance(amount int64, currency string) *Error {
+	return Errorf(InsufficientBalance, "The available balance cannot cover a refund of %d %s.", amount, currency)
+}
+
+// ErrBalanceUnverified is the refusal of a refund whose balance could not be
+// read or does not exist; err (logged only) is the cause.
+func ErrBalanceUnverified(err error) *Error {
+	return &Error{Code: BalanceVerificationFailed, Msg: "The merchant balance could not be verified; no refund was created.", Err: err}
 }
 
 // Refundable is what can still be refunded: what was paid less what has been

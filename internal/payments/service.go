@@ -58,10 +58,11 @@ type Store interface {
 	IntentByID(ctx context.Context, id string) (Scope, PaymentIntent, error)
 
 	// CreateRefund locks the payment ref names (payment_not_found unless it
-	// is the scope's and succeeded) and the balance of its currency
-	// (balance_verification_failed when that cannot be read), runs fn and
-	// inserts the refund it returns with fn's effects.
-	CreateRefund(ctx context.Context, sc Scope, ref PaymentRef, fn func(pi PaymentIntent, bal Balance) (Refund, Effects, error)) (Refund, error)
+	// is the scope's and succeeded), runs fn, and inserts the refund fn
+	// returns with its amount reserved from the balance of its currency:
+	// insufficient_balance when the available amount cannot cover it,
+	// balance_verification_failed when the balance cannot be read.
+	CreateRefund(ctx context.Context, sc Scope, ref PaymentRef, fn func(pi PaymentIntent) (Refund, []Job, error)) (Refund, error)
 	Refund(ctx context.Context, sc Scope, id string) (Refund, error)
 	// FinishRefund locks the refund and its payment, runs fn and saves both
 	// with fn's effects.

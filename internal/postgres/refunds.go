@@ -51,25 +51,44 @@ func lockBalance(ctx context.Context, tx *txn, sc payments.Scope, currency strin
 	return b, true, nil
 }
 
-// balanceForRefund locks the balance a refund draws on. A succeeded payment
-// always created it, so a missing row means the ledger cannot vouch for the
-// refund: balance_verification_failed, as is a failure to read it.
-func balanceForRefund(ctx context.Context, tx *txn, sc payments.Scope, currency string) (payments.Balance, error) {
-	b, found, err := lockBalance(ctx, tx, sc, currency)
-	if err != nil && ctx.Err() != nil {
-		return b, err // the client left; not a verdict on the balance
+// reserve holds amount of the scope's balance in currency for a pending
+// refund if the available amount (ledger_total - reserved) covers it, in
+// one conditional update: the balance row, shared by all the merchant's
+// refunds, is locked only from here to commit, and two refunds can never
+// both take the last of it. A succeeded payment always created its balance
+// row, so a missing one means the ledger cannot vouch for the refund:
+// balance_verification_failed, as is a failure to read it.
+func reserve(ctx context.Context, tx *txn, sc payments.Scope, currency string, amount int64) error {
+	const q = `WITH upd AS (
+		UPDATE balances SET reserved = reserved + $4, updated_at = now()
+		WHERE merchant_id = $1 AND livemode = $2 AND currency = $3 AND ledger_total - reserved >= $4
+		RETURNING 1
+	)
+	SELECT EXISTS (SELECT 1 FROM upd) AS reserved,
+		EXISTS (SELECT 1 FROM balances WHERE merchant_id = $1 AND livemode = $2 AND currency = $3) AS found`
+	var r struct {
+		Reserved bool `db:"reserved"`
+		Found    bool `db:"found"`
 	}
-	if err != nil || !found {
-		return b, &payments.Error{Code: payments.BalanceVerificationFailed, Msg: "The merchant balance could not be verified; no refund was created.", Err: err}
+	err := tx.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, currency, amount)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err() // the client left; not a verdict on the balance
+	case err != nil:
+		return payments.ErrBalanceUnverified(fmt.Errorf("reserve balance: %w", err))
+	case r.Reserved:
+		return nil
+	case !r.Found:
+		return payments.ErrBalanceUnverified(fmt.Errorf("no %s balance for %s", currency, sc.MerchantID))
 	}
-	return b, nil
+	return payments.ErrInsufficientBalance(amount, currency)
 }
 
-// CreateRefund resolves ref to a succeeded payment of the scope, locks it
-// and then the balance of its currency (always in that order, as every
-// path that takes both does), runs fn and inserts the refund with fn's
-// effects, all in one transaction.
-func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payments.PaymentRef, fn func(payments.PaymentIntent, payments.Balance) (payments.Refund, payments.Effects, error)) (payments.Refund, error) {
+// CreateRefund resolves ref to a succeeded payment of the scope, locks it,
+// runs fn, inserts the refund and reserves its amount from the balance
+// last, so the balance row is held for the shortest time. Lock order, as on
+// every path that takes both: the payment, then the balance.
+func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payments.PaymentRef, fn func(payments.PaymentIntent) (payments.Refund, []payments.Job, error)) (payments.Refund, error) {
 	var r payments.Refund
 	err := s.inTx(ctx, func(tx *txn) error {
 		piID := ref.PaymentIntentID
@@ -93,12 +112,8 @@ func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payment
 		if pi.Status != payments.IntentSucceeded {
 			return payments.NotFound(payments.PaymentNotFound, piID) // nothing was paid
 		}
-		bal, err := balanceForRefund(ctx, tx, sc, pi.Currency)
-		if err != nil {
-			return err
-		}
-		var eff payments.Effects
-		if r, eff, err = fn(pi, bal); err != nil {
+		var jobs []payments.Job
+		if r, jobs, err = fn(pi); err != nil {
 			return err
 		}
 		pi.AmountRefundPending += r.Amount
@@ -112,7 +127,11 @@ func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payment
 			r.Currency, r.Reason, r.Status, r.Created); err != nil {
 			return fmt.Errorf("insert refund: %w", err)
 		}
-		return applyEffects(ctx, tx, sc, eff)
+		if err := reserve(ctx, tx, sc, r.Currency, r.Amount); err != nil {
+			return err
+		}
+		tx.jobs = append(tx.jobs, jobs...)
+		return nil
 	})
 	return r, err
 }
