@@ -21,6 +21,8 @@
 #   BENCH_DB         database, dropped and recreated (payments_bench)
 #   BENCH_REDIS_URL  Redis database for the run, flushed first (redis://127.0.0.1:6379/15)
 #   BENCH_API_PORT / BENCH_ADMIN_PORT  listeners of the API under test (18080 / 18081)
+#   BENCH_REFUND_PAYMENTS  paid payments seeded for the refund runs (100000)
+#   BENCH_REFUND_RATE      open-model rate of the refund runs, req/s (200: below the hot payment's capacity)
 #
 # Adding a scenario is one line in main(), see `scenario` below.
 # shellcheck disable=SC2016 # backquotes in printf formats are Markdown
@@ -46,6 +48,8 @@ BENCH_ADMIN_PORT=${BENCH_ADMIN_PORT:-18081}
 BENCH_MAX_ERROR_PCT=${BENCH_MAX_ERROR_PCT:-1}
 BENCH_WEBHOOK_EVENTS=${BENCH_WEBHOOK_EVENTS:-10000}
 BENCH_WEBHOOK_RATE=${BENCH_WEBHOOK_RATE:-200}
+BENCH_REFUND_PAYMENTS=${BENCH_REFUND_PAYMENTS:-100000}
+BENCH_REFUND_RATE=${BENCH_REFUND_RATE:-200}
 
 export DATABASE_URL="$BENCH_PG/$BENCH_DB?sslmode=disable"
 export REDIS_URL="$BENCH_REDIS_URL"
@@ -199,9 +203,10 @@ start_api() {
 	die "$ADMIN/readyz not 200 after 60s"
 }
 
-# smoke METHOD PATH BODY: one request that must succeed before any load.
+# smoke METHOD PATH BODY: one request that must succeed before any load
+# (with $SCENARIO_KEY when set, else $KEY).
 smoke() {
-	local code args=(-s -o "$OUT/smoke.json" -w '%{http_code}' -X "$1" -H "Authorization: Bearer $KEY")
+	local code args=(-s -o "$OUT/smoke.json" -w '%{http_code}' -X "$1" -H "Authorization: Bearer ${SCENARIO_KEY:-$KEY}")
 	[[ -z ${3:-} ]] || args+=(-H 'Content-Type: application/json' --data "$3")
 	code=$(curl "${args[@]}" "$API$2" || true)
 	[[ $code == 2?? ]] || { cat "$OUT/smoke.json" >&2; echo >&2; die "$1 $2 answered $code"; }
@@ -237,26 +242,80 @@ raw() {
 }
 
 # scenario NAME METHOD PATH BODY [RAW_REF] [extra loadgen flags...]
-# PATH may hold {id} (a seeded product id) and BODY {n} (a unique counter).
-# The key is $SCENARIO_KEY when set (SCENARIO_KEY=... scenario ...), else $KEY.
+# PATH and BODY may hold {id} (a random line of $SCENARIO_IDS, else of the
+# seeded product ids) and {n} (a unique counter).
+# The key is $SCENARIO_KEY when set (SCENARIO_KEY=... scenario ...), else $KEY;
+# the open model's rate is $SCENARIO_RATE when set, else BENCH_RATE.
 # RAW_REF (insert, select, page) names the pgbench figure to compare with.
 scenario() {
 	local name=$1 method=$2 path=$3 body=$4 ref=${5:-}
 	shift $(($# < 5 ? $# : 5))
-	local key=${SCENARIO_KEY:-$KEY}
+	local key=${SCENARIO_KEY:-$KEY} rate=${SCENARIO_RATE:-$BENCH_RATE}
 	local args=(-name "$name" -method "$method" -url "$API$path" -H "Authorization: Bearer $key"
 		-warmup "${WARM}s" -duration "${SECS}s" -json "$@")
 	[[ -n $body ]] && args+=(-body "$body")
-	[[ $path == *"{id}"* ]] && args+=(-ids "$IDS")
+	[[ $path$body == *"{id}"* ]] && args+=(-ids "${SCENARIO_IDS:-$IDS}")
 
 	log "api: $name ($BENCH_CONNS connections, closed)"
 	quiesce
 	bin/loadgen "${args[@]}" -conns "$BENCH_CONNS" |
 		jq -c --arg ref "$ref" '. + {scenario:.name, kind:"closed", ref:$ref}' | tee -a "$RESULTS" >&2
-	log "api: $name ($BENCH_RATE req/s, open)"
+	log "api: $name ($rate req/s, open)"
 	quiesce
-	bin/loadgen "${args[@]}" -conns "$BENCH_OPEN_CONNS" -rate "$BENCH_RATE" |
+	bin/loadgen "${args[@]}" -conns "$BENCH_OPEN_CONNS" -rate "$rate" |
 		jq -c --arg ref "$ref" '. + {scenario:.name, kind:"open", ref:$ref}' | tee -a "$RESULTS" >&2
+}
+
+# seed_refunds: a merchant with BENCH_REFUND_PAYMENTS succeeded test payments
+# of 100.00 USD (their ids in $REFUND_IDS) and one hot payment of the maximum
+# amount ($HOT_PAYMENT), with the ledger entries and the balance they make,
+# so every 1-cent refund of the runs is accepted.
+seed_refunds() {
+	REFUND_MERCHANT=$(bin/api merchant create --name 'Bench refunds' | jq -er .id)
+	REFUND_KEY=$(bin/api key create --merchant "$REFUND_MERCHANT" --mode test | jq -er .key)
+	log "seeding $BENCH_REFUND_PAYMENTS paid payments for $REFUND_MERCHANT"
+	pg -v mid="$REFUND_MERCHANT" -v n="$BENCH_REFUND_PAYMENTS" <<-'SQL'
+		WITH s AS MATERIALIZED (
+		    SELECT 'pi_' || substr(md5(random()::text || g::text), 1, 24) AS id,
+		           CASE WHEN g = 0 THEN 99999999 ELSE 10000 END AS amount,
+		           now() - random() * interval '30 days' AS ts
+		    FROM generate_series(0, :n::int) AS g
+		), p AS (
+		    INSERT INTO payment_intents (merchant_id, livemode, id, amount, amount_received, currency, status,
+		        fee_amount, succeeded_at, created_at, updated_at, description)
+		    SELECT :'mid', false, id, amount, amount, 'usd', 'succeeded', round(amount * 0.049) + 40, ts, ts, ts,
+		           CASE WHEN amount = 99999999 THEN 'hot' END
+		    FROM s
+		    RETURNING id, amount, fee_amount, created_at
+		)
+		INSERT INTO ledger_entries (id, merchant_id, livemode, currency, type, amount, fee, source_id, created_at)
+		SELECT 'le_' || substr(md5(id), 1, 24), :'mid', false, 'usd', 'payment', amount - fee_amount, fee_amount, id, created_at
+		FROM p;
+		INSERT INTO balances (merchant_id, livemode, currency, ledger_total)
+		SELECT :'mid', false, 'usd', sum(amount) FROM ledger_entries WHERE merchant_id = :'mid';
+		VACUUM ANALYZE payment_intents;
+	SQL
+	REFUND_IDS="$OUT/payments.txt"
+	# (psql substitutes :'mid' in scripts read from stdin, not in -c commands)
+	pg -v mid="$REFUND_MERCHANT" <<<"SELECT id FROM payment_intents WHERE merchant_id = :'mid' AND description IS NULL" >"$REFUND_IDS"
+	HOT_PAYMENT=$(pg -v mid="$REFUND_MERCHANT" <<<"SELECT id FROM payment_intents WHERE merchant_id = :'mid' AND description = 'hot'")
+	[[ -s $REFUND_IDS && -n $HOT_PAYMENT ]] || die "no payments seeded for the refund runs"
+}
+
+# Refunds: 1-cent partial refunds on random distinct payments, then all on
+# the one hot payment, whose row lock serializes them (contention). Every
+# refund of a merchant also takes its balance row for the end of its
+# transaction. Runs after the webhook measurement: the refund tasks the API
+# enqueues wait in Redis (no worker runs), so they do not load it.
+refunds() {
+	seed_refunds
+	local body='{"payment_intent":"{id}","amount":1,"reason":"requested_by_customer"}'
+	SCENARIO_KEY=$REFUND_KEY smoke POST /v1/refunds '{"payment_intent":"'"$(head -n 1 "$REFUND_IDS")"'","amount":1}'
+	SCENARIO_KEY=$REFUND_KEY SCENARIO_IDS=$REFUND_IDS SCENARIO_RATE=$BENCH_REFUND_RATE \
+		scenario "POST /v1/refunds (distinct payments)" POST /v1/refunds "$body" insert
+	SCENARIO_KEY=$REFUND_KEY SCENARIO_RATE=$BENCH_REFUND_RATE \
+		scenario "POST /v1/refunds (one hot payment)" POST /v1/refunds \
+		'{"payment_intent":"'"$HOT_PAYMENT"'","amount":1}' insert
 }
 
 # ---------------------------------------------------------------------------
@@ -278,16 +337,16 @@ summary_table() {
 	  def pct: (. * 100 | round | tostring) + "%";
 	  (map(select(.kind == "raw")) | map({key: .ref, value: .rps}) | from_entries) as $raw
 	  | (reduce .[] as $x ([]; if any(.[]; . == $x.scenario) then . else . + [$x.scenario] end)) as $names
-	  | "| scenario | req/s (\($conns) conns) | p50 ms @ \($rate)/s | p99 ms @ \($rate)/s | vs raw PostgreSQL | errors |",
-	    "|---|---:|---:|---:|---:|---:|",
+	  | "| scenario | req/s (\($conns) conns) | open-model rate req/s | p50 ms | p99 ms | vs raw PostgreSQL | errors |",
+	    "|---|---:|---:|---:|---:|---:|---:|",
 	    ( $names[] as $n
 	      | [ .[] | select(.scenario == $n) ] as $rows
 	      | ($rows | map(select(.kind == "closed" or .kind == "raw")) | first) as $c
 	      | ($rows | map(select(.kind == "open")) | first) as $o
 	      | if $c.kind == "raw" then
-	          "| \($n) | \($c.rps | r1) TPS | — | — | — | \($c.errors) |"
+	          "| \($n) | \($c.rps | r1) TPS | — | — | — | — | \($c.errors) |"
 	        else
-	          "| \($n) | \($c.rps | r1) | \($o.p50_ms | r2) | \($o.p99_ms | r2) | "
+	          "| \($n) | \($c.rps | r1) | \($o.rate // "—") | \($o.p50_ms | r2) | \($o.p99_ms | r2) | "
 	          + (if ($c.ref != "" and $raw[$c.ref] != null and $raw[$c.ref] > 0)
 	             then "\($c.rps / $raw[$c.ref] | pct) of \($c.ref)" else "—" end)
 	          + " | \(($c.errors + ($o.errors // 0)))"
@@ -364,7 +423,7 @@ report() {
 	bad=$(failing)
 	block=$(
 		printf 'Measured by `make bench` on %s (%s), everything over loopback on one machine.\n' "$date" "$(machine)"
-		printf 'Throughput: %s connections, closed model, %ss after %ss warmup. Latency: open model at a constant %s req/s (latency from the scheduled send time). Raw PostgreSQL: pgbench, %s clients, prepared statements, %ss, in the same run.\n\n' \
+		printf 'Throughput: %s connections, closed model, %ss after %ss warmup. Latency: open model at a constant %s req/s (refunds: the rate in their row; latency from the scheduled send time). Raw PostgreSQL: pgbench, %s clients, prepared statements, %ss, in the same run.\n\n' \
 			"$BENCH_CONNS" "$SECS" "$WARM" "$BENCH_RATE" "$BENCH_CONNS" "$SECS"
 		printf '%s\n' "$table"
 		[[ -n $cmp ]] && printf '\n%s\n' "$cmp"
@@ -448,6 +507,7 @@ ORDER BY created_at DESC, id DESC LIMIT 11;"
 	scenario "POST /v1/payment-intents" POST /v1/payment-intents "$intent" insert
 
 	webhooks
+	refunds
 	report
 }
 

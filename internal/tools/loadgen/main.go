@@ -21,8 +21,8 @@
 // 127.0.0.0/8 or ::1, every dialled address is checked again, and redirects
 // are not followed.
 //
-// Placeholders: {id} (in -url) is replaced per request by a random line of
-// the -ids file; {n} (in -url, -body and -H values) by a per-request counter
+// Placeholders: {id} (in -url and -body) is replaced per request by a random
+// line of the -ids file (the same one in both); {n} (in -url, -body and -H values) by a per-request counter
 // unique within the process; {run} by a random token fixed for the process,
 // so that `-H 'Idempotency-Key: bench-{run}-{n}'` never repeats across runs.
 //
@@ -102,7 +102,7 @@ type config struct {
 
 func main() {
 	var c config
-	flag.StringVar(&c.url, "url", "", "target URL (loopback only); {id} is replaced by a random line of -ids")
+	flag.StringVar(&c.url, "url", "", "target URL (loopback only); {id} is replaced by a random line of -ids (also in -body)")
 	flag.StringVar(&c.method, "method", "GET", "HTTP method")
 	flag.StringVar(&c.body, "body", "", "request body template; {n} is a per-request unique counter, {run} a per-process token")
 	flag.Var(&c.headers, "H", "request header 'Name: value' (repeatable; {n} and {run} are replaced)")
@@ -142,8 +142,8 @@ func (c *config) validate() error {
 	if !loopbackHost(u.Hostname()) {
 		return fmt.Errorf("-url: host %q is not loopback (localhost, 127.0.0.0/8, ::1): refusing", u.Hostname())
 	}
-	if strings.Contains(c.url, "{id}") && c.idsFile == "" {
-		return errors.New("-url contains {id}: -ids is required")
+	if (strings.Contains(c.url, "{id}") || strings.Contains(c.body, "{id}")) && c.idsFile == "" {
+		return errors.New("-url or -body contains {id}: -ids is required")
 	}
 	c.method = strings.ToUpper(c.method)
 	switch {
@@ -289,6 +289,7 @@ type generator struct {
 	dynHeaders [][2]string // headers whose value holds {n}
 	urlHasN    bool
 	bodyHasN   bool
+	bodyHasID  bool
 	staticBody []byte
 }
 
@@ -299,6 +300,7 @@ func (g *generator) prepare() {
 	g.cfg.body = r.Replace(c.body)
 	g.urlHasN = strings.Contains(g.cfg.url, "{n}")
 	g.bodyHasN = strings.Contains(g.cfg.body, "{n}")
+	g.bodyHasID = g.ids != nil && strings.Contains(g.cfg.body, "{id}")
 	g.staticBody = []byte(g.cfg.body)
 	g.header = http.Header{}
 	for _, h := range c.headers {
@@ -325,8 +327,10 @@ func (g *generator) request(ctx context.Context, rng *mrand.Rand) (*http.Request
 		n = strconv.FormatInt(g.seq.Add(1), 10)
 	}
 	u := g.cfg.url
+	id := ""
 	if g.ids != nil {
-		u = strings.ReplaceAll(u, "{id}", g.ids[rng.IntN(len(g.ids))])
+		id = g.ids[rng.IntN(len(g.ids))]
+		u = strings.ReplaceAll(u, "{id}", id)
 	}
 	if g.urlHasN {
 		u = strings.ReplaceAll(u, "{n}", n)
@@ -334,8 +338,9 @@ func (g *generator) request(ctx context.Context, rng *mrand.Rand) (*http.Request
 	var body io.Reader
 	if g.cfg.body != "" {
 		b := g.staticBody
-		if g.bodyHasN {
-			b = []byte(strings.ReplaceAll(g.cfg.body, "{n}", n))
+		if g.bodyHasN || g.bodyHasID {
+			str := strings.ReplaceAll(g.cfg.body, "{n}", n)
+			b = []byte(strings.ReplaceAll(str, "{id}", id))
 		}
 		body = bytes.NewReader(b)
 	}
