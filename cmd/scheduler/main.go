@@ -29,8 +29,9 @@ func main() {
 	}
 }
 
-// The relay looks for stranded deliveries every relayEvery; a pending
-// delivery counts as stranded relayGrace after its attempt was due.
+// The relay looks for stranded work every relayEvery; a pending delivery
+// counts as stranded relayGrace after its attempt was due, a pending refund,
+// processor event or evidence submission relayGrace after it was written.
 const (
 	relayEvery = 10 * time.Second
 	relayGrace = 30 * time.Second
