@@ -80,6 +80,8 @@ CREATE TABLE disputes (
 );
 CREATE INDEX disputes_page ON disputes (merchant_id, livemode, created_at DESC, id DESC);
 CREATE INDEX disputes_unsent ON disputes (submitted_at) WHERE submitted_at IS NOT NULL AND evidence_sent_at IS NULL;
+-- The sweep that closes disputes left unanswered past their due date.
+CREATE INDEX disputes_overdue ON disputes (evidence_due_by) WHERE status = 'needs_response';
 
 -- What the processor told us (the sandbox's dispute on its test card; later
 -- Stripe's webhooks), stored in the transaction that learned it and applied

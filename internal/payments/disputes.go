@@ -229,3 +229,14 @@ func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Disput
 		return Effects{} // still under review
 	})
 }
+
+// CloseOverdueDisputes closes disputes still waiting for a response past
+// their evidence_due_by as lost, as card networks do, each with
+// charge.dispute.closed; at most limit at a time. It returns how many.
+func (s *Service) CloseOverdueDisputes(ctx context.Context, limit int) (int, error) {
+	now := s.now()
+	return s.store.CloseOverdueDisputes(ctx, now, limit, func(d *Dispute) Effects {
+		d.Status, d.ClosedAt = DisputeLost, &now
+		return Effects{Events: []Event{newEvent(EventDisputeClosed, d.Object(), now)}}
+	})
+}

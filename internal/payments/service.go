@@ -78,6 +78,9 @@ type Store interface {
 	// RecordEvidenceSent locks the dispute, marks its evidence sent, runs fn
 	// and saves it with fn's effects.
 	RecordEvidenceSent(ctx context.Context, sc Scope, id string, fn func(d *Dispute) Effects) (Dispute, error)
+	// CloseOverdueDisputes runs fn on disputes needing a response whose
+	// evidence was due before now, and saves them with fn's effects.
+	CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(d *Dispute) Effects) (int, error)
 	// ApplyProcessorEvent locks an unapplied processor event and its
 	// payment, runs fn, inserts the dispute fn returns (if any), saves the
 	// payment with fn's effects and marks the event applied.

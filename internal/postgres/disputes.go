@@ -180,3 +180,35 @@ func (s *Store) ApplyProcessorEvent(ctx context.Context, sc payments.Scope, id s
 		return applyEffects(ctx, tx, sc, eff)
 	})
 }
+
+// CloseOverdueDisputes runs fn on disputes still needing a response whose
+// evidence was due before now and saves them with fn's effects. SKIP LOCKED
+// passes over a dispute whose evidence a merchant is posting right now.
+func (s *Store) CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(*payments.Dispute) payments.Effects) (int, error) {
+	n := 0
+	err := s.inTx(ctx, func(tx *txn) error {
+		q := `SELECT ` + disputeCols + ` FROM disputes WHERE status = 'needs_response' AND evidence_due_by < $1
+		ORDER BY evidence_due_by LIMIT $2 FOR UPDATE SKIP LOCKED`
+		var rows []disputeRow
+		if err := tx.SelectContext(ctx, &rows, q, now, limit); err != nil {
+			return fmt.Errorf("select overdue disputes: %w", err)
+		}
+		for _, r := range rows {
+			d, err := r.dispute()
+			if err != nil {
+				return err
+			}
+			sc := payments.Scope{MerchantID: r.MerchantID, Live: r.Live}
+			eff := fn(&d)
+			if err := saveDispute(ctx, tx, sc, d); err != nil {
+				return err
+			}
+			if err := applyEffects(ctx, tx, sc, eff); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}

@@ -23,7 +23,13 @@ const (
 	TypePruneIdempotency = "maintenance:prune_idempotency"
 	TypePruneViolations  = "maintenance:prune_violations"
 	TypeExpireSessions   = "sessions:expire"
+	TypeCloseDisputes    = "disputes:close_overdue"
 )
+
+// NewCloseOverdueDisputes closes disputes left unanswered past their due date.
+func NewCloseOverdueDisputes() *asynq.Task {
+	return asynq.NewTask(TypeCloseDisputes, nil, asynq.Queue(QueueDefault), asynq.MaxRetry(3), asynq.Timeout(5*time.Minute))
+}
 
 // NewExpireSessions closes checkout sessions past CHECKOUT_SESSION_TTL.
 func NewExpireSessions() *asynq.Task {

@@ -26,6 +26,7 @@ func (h *Handlers) Register(mux *asynq.ServeMux) {
 	mux.HandleFunc(tasks.TypePruneIdempotency, h.pruneIdempotency)
 	mux.HandleFunc(tasks.TypePruneViolations, h.pruneViolations)
 	mux.HandleFunc(tasks.TypeExpireSessions, h.expireSessions)
+	mux.HandleFunc(tasks.TypeCloseDisputes, h.closeOverdueDisputes)
 	h.registerMoney(mux)
 }
 
@@ -34,9 +35,20 @@ const expireBatch = 500
 
 // expireSessions closes expired sessions in batches until none are left.
 func (h *Handlers) expireSessions(ctx context.Context, _ *asynq.Task) error {
+	return h.sweep(ctx, "expired checkout sessions", h.Service.ExpireSessions)
+}
+
+// closeOverdueDisputes closes unanswered disputes past their due date as lost.
+func (h *Handlers) closeOverdueDisputes(ctx context.Context, _ *asynq.Task) error {
+	return h.sweep(ctx, "closed overdue disputes as lost", h.Service.CloseOverdueDisputes)
+}
+
+// sweep runs one batch after another (each its own transaction) until a
+// batch comes back short, and logs how many rows changed.
+func (h *Handlers) sweep(ctx context.Context, what string, batch func(ctx context.Context, limit int) (int, error)) error {
 	total := 0
 	for {
-		n, err := h.Service.ExpireSessions(ctx, expireBatch)
+		n, err := batch(ctx, expireBatch)
 		if err != nil {
 			return err
 		}
@@ -46,7 +58,7 @@ func (h *Handlers) expireSessions(ctx context.Context, _ *asynq.Task) error {
 		}
 	}
 	if total > 0 {
-		h.Log.InfoContext(ctx, "expired checkout sessions", "expired", total)
+		h.Log.InfoContext(ctx, what, "count", total)
 	}
 	return nil
 }
@@ -75,6 +87,7 @@ func Schedule() map[string]func() *asynq.Task {
 		"@every 10m": tasks.NewPruneIdempotency,
 		"@every 1h":  tasks.NewPruneViolations,
 		"@every 1m":  tasks.NewExpireSessions,
+		"@every 5m":  tasks.NewCloseOverdueDisputes,
 	}
 }
 
