@@ -51,43 +51,10 @@ func lockBalance(ctx context.Context, tx *txn, sc payments.Scope, currency strin
 	return b, true, nil
 }
 
-// reserve holds amount of the scope's balance in currency for a pending
-// refund if the available amount (ledger_total - reserved) covers it, in
-// one conditional update: the balance row, shared by all the merchant's
-// refunds, is locked only from here to commit, and two refunds can never
-// both take the last of it. A succeeded payment always created its balance
-// row, so a missing one means the ledger cannot vouch for the refund:
-// balance_verification_failed, as is a failure to read it.
-func reserve(ctx context.Context, tx *txn, sc payments.Scope, currency string, amount int64) error {
-	const q = `WITH upd AS (
-		UPDATE balances SET reserved = reserved + $4, updated_at = now()
-		WHERE merchant_id = $1 AND livemode = $2 AND currency = $3 AND ledger_total - reserved >= $4
-		RETURNING 1
-	)
-	SELECT EXISTS (SELECT 1 FROM upd) AS reserved,
-		EXISTS (SELECT 1 FROM balances WHERE merchant_id = $1 AND livemode = $2 AND currency = $3) AS found`
-	var r struct {
-		Reserved bool `db:"reserved"`
-		Found    bool `db:"found"`
-	}
-	err := tx.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, currency, amount)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		return ctx.Err() // the client left; not a verdict on the balance
-	case err != nil:
-		return payments.ErrBalanceUnverified(fmt.Errorf("reserve balance: %w", err))
-	case r.Reserved:
-		return nil
-	case !r.Found:
-		return payments.ErrBalanceUnverified(fmt.Errorf("no %s balance for %s", currency, sc.MerchantID))
-	}
-	return payments.ErrInsufficientBalance(amount, currency)
-}
-
 // CreateRefund resolves ref to a succeeded payment of the scope, locks it,
-// runs fn, inserts the refund and reserves its amount from the balance
-// last, so the balance row is held for the shortest time. Lock order, as on
-// every path that takes both: the payment, then the balance.
+// runs fn, and inserts the refund with its reservations (insertRefund).
+// Lock order, as on every path that takes both: the payment, then the
+// balance.
 func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payments.PaymentRef, fn func(payments.PaymentIntent) (payments.Refund, []payments.Job, error)) (payments.Refund, error) {
 	var r payments.Refund
 	err := s.inTx(ctx, func(tx *txn) error {
@@ -116,24 +83,59 @@ func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payment
 		if r, jobs, err = fn(pi); err != nil {
 			return err
 		}
-		pi.AmountRefundPending += r.Amount
-		if err := updateIntent(ctx, tx, sc, pi); err != nil {
-			return err
-		}
-		const q = `INSERT INTO refunds (merchant_id, livemode, id, payment_intent_id, session_id, amount, currency, reason,
-			status, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)`
-		if _, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, r.ID, r.PaymentIntentID, r.SessionID, r.Amount,
-			r.Currency, r.Reason, r.Status, r.Created); err != nil {
-			return fmt.Errorf("insert refund: %w", err)
-		}
-		if err := reserve(ctx, tx, sc, r.Currency, r.Amount); err != nil {
+		if err := insertRefund(ctx, tx, sc, r); err != nil {
 			return err
 		}
 		tx.jobs = append(tx.jobs, jobs...)
 		return nil
 	})
 	return r, err
+}
+
+// insertRefund inserts a pending refund, adds its amount to the payment's
+// pending refunds and reserves it from the balance, if the balance's
+// available amount (ledger_total - reserved) covers it, in one statement:
+// the payment's lock (a hot payment serializes its refunds) and the
+// balance's (shared by all the merchant's refunds) are held from here to
+// commit only, and two refunds can never both take the last of a balance.
+// A succeeded payment always created its balance row, so a missing one
+// means the ledger cannot vouch for the refund: balance_verification_failed,
+// as is a failure to read it. On a refusal the caller's transaction rolls
+// the refund and the payment back.
+func insertRefund(ctx context.Context, tx *txn, sc payments.Scope, r payments.Refund) error {
+	const q = `WITH b AS (
+		UPDATE balances SET reserved = reserved + $6, updated_at = now()
+		WHERE merchant_id = $1 AND livemode = $2 AND currency = $7 AND ledger_total - reserved >= $6
+		RETURNING 1
+	), p AS (
+		UPDATE payment_intents SET amount_refund_pending = amount_refund_pending + $6, updated_at = now()
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND EXISTS (SELECT 1 FROM b)
+		RETURNING 1
+	), r AS (
+		INSERT INTO refunds (merchant_id, livemode, id, payment_intent_id, session_id, amount, currency, reason,
+			status, created_at, updated_at)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10 WHERE EXISTS (SELECT 1 FROM b)
+		RETURNING 1
+	)
+	SELECT EXISTS (SELECT 1 FROM b) AND EXISTS (SELECT 1 FROM p) AND EXISTS (SELECT 1 FROM r) AS reserved,
+		EXISTS (SELECT 1 FROM balances WHERE merchant_id = $1 AND livemode = $2 AND currency = $7) AS found`
+	var res struct {
+		Reserved bool `db:"reserved"`
+		Found    bool `db:"found"`
+	}
+	err := tx.GetContext(ctx, &res, q, sc.MerchantID, sc.Live, r.ID, r.PaymentIntentID, r.SessionID, r.Amount,
+		r.Currency, r.Reason, r.Status, r.Created)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err() // the client left; not a verdict on the balance
+	case err != nil:
+		return payments.ErrBalanceUnverified(fmt.Errorf("insert refund: %w", err))
+	case res.Reserved:
+		return nil
+	case !res.Found:
+		return payments.ErrBalanceUnverified(fmt.Errorf("no %s balance for %s", r.Currency, sc.MerchantID))
+	}
+	return payments.ErrInsufficientBalance(r.Amount, r.Currency)
 }
 
 // Refund reads one of the scope's refunds.
