@@ -122,8 +122,8 @@ func Load(getenv func(string) string) (Config, error) {
 	c.RateLimitPerHour = positiveInt(get("RATE_LIMIT_PER_HOUR", "1000"), "RATE_LIMIT_PER_HOUR", bad)
 	c.CheckoutSessionTTL = positiveDuration(get("CHECKOUT_SESSION_TTL", "24h"), "CHECKOUT_SESSION_TTL", bad)
 	c.WebhookRetryBase = positiveDuration(get("WEBHOOK_RETRY_BASE", "30s"), "WEBHOOK_RETRY_BASE", bad)
-	if d, err := time.ParseDuration(get("SANDBOX_REFUND_LATENCY", "0s")); err != nil || d < 0 || d > time.Minute {
-		bad("SANDBOX_REFUND_LATENCY", "must be a duration between 0s and 1m")
+	if d, err := time.ParseDuration(get("SANDBOX_REFUND_LATENCY", "0s")); err != nil || d < 0 || d > 30*time.Second {
+		bad("SANDBOX_REFUND_LATENCY", "must be a duration between 0s and 30s (refund tasks time out after 1m)")
 	} else {
 		c.SandboxRefundLatency = d
 	}

@@ -51,6 +51,7 @@ func TestLoadDefaults(t *testing.T) {
 		{"WEBHOOK_TLS_INSECURE", c.WebhookTLSInsecure, false},
 		{"CONTENT_BLOCKLIST_FILE (built-in list)", c.ContentBlocklistFile, ""},
 		{"LOG_LEVEL", c.LogLevel, "info"},
+		{"SANDBOX_REFUND_LATENCY", c.SandboxRefundLatency, time.Duration(0)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +91,7 @@ func TestLoadOverrides(t *testing.T) {
 		"WEBHOOK_TLS_INSECURE":           "true",
 		"CONTENT_BLOCKLIST_FILE":         blocklist,
 		"LOG_LEVEL":                      "debug",
+		"SANDBOX_REFUND_LATENCY":         "5s",
 	}
 	c, err := config.Load(env(vars))
 	if err != nil {
@@ -120,6 +122,7 @@ func TestLoadOverrides(t *testing.T) {
 		{"WEBHOOK_TLS_INSECURE", c.WebhookTLSInsecure, true},
 		{"CONTENT_BLOCKLIST_FILE", c.ContentBlocklistFile, blocklist},
 		{"LOG_LEVEL", c.LogLevel, "debug"},
+		{"SANDBOX_REFUND_LATENCY", c.SandboxRefundLatency, 5 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,6 +148,8 @@ func TestLoadBadValues(t *testing.T) {
 		{"CHECKOUT_SESSION_TTL negative", map[string]string{"CHECKOUT_SESSION_TTL": "-1s"}, "CHECKOUT_SESSION_TTL"},
 		{"CHECKOUT_SESSION_TTL not a duration", map[string]string{"CHECKOUT_SESSION_TTL": "xyz"}, "CHECKOUT_SESSION_TTL"},
 		{"WEBHOOK_RETRY_BASE zero", map[string]string{"WEBHOOK_RETRY_BASE": "0s"}, "WEBHOOK_RETRY_BASE"},
+		{"SANDBOX_REFUND_LATENCY negative", map[string]string{"SANDBOX_REFUND_LATENCY": "-1s"}, "SANDBOX_REFUND_LATENCY"},
+		{"SANDBOX_REFUND_LATENCY above the task timeout", map[string]string{"SANDBOX_REFUND_LATENCY": "2m"}, "SANDBOX_REFUND_LATENCY"},
 		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS not a bool", map[string]string{"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "maybe"}, "WEBHOOK_ALLOW_PRIVATE_NETWORKS"},
 		{"WEBHOOK_TLS_INSECURE not a bool", map[string]string{"WEBHOOK_TLS_INSECURE": "sometimes"}, "WEBHOOK_TLS_INSECURE"},
 		{"SECRETS_KEY not base64", map[string]string{"SECRETS_KEY": "not base64 at all!!"}, "SECRETS_KEY"},
