@@ -56,6 +56,7 @@ type Dispute struct {
 	Evidence        map[string]string
 	EvidenceDueBy   *time.Time
 	SubmittedAt     *time.Time
+	EvidenceSentAt  *time.Time // when the processor received the submitted evidence
 	ClosedAt        *time.Time
 	Created         time.Time
 }
@@ -203,8 +204,8 @@ func openDispute(sc Scope, ev ProcessorEvent, pi *PaymentIntent, now time.Time) 
 // is safe: evidence already sent is not sent again.
 func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Dispute, error) {
 	d, err := s.store.Dispute(ctx, sc, id)
-	if err != nil || d.SubmittedAt == nil {
-		return d, err
+	if err != nil || d.SubmittedAt == nil || d.EvidenceSentAt != nil {
+		return d, err // nothing submitted, or sent already
 	}
 	decision, err := s.proc.SubmitDisputeEvidence(ctx, account(sc), processor.DisputeEvidence{ID: d.ID, Evidence: d.Evidence})
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 )
 
 const disputeCols = `merchant_id, livemode, id, payment_intent_id, amount, currency, reason, status, evidence,
-	evidence_due_by, submitted_at, closed_at, created_at`
+	evidence_due_by, submitted_at, evidence_sent_at, closed_at, created_at`
 
 type disputeRow struct {
 	MerchantID      string       `db:"merchant_id"`
@@ -26,6 +26,7 @@ type disputeRow struct {
 	Evidence        []byte       `db:"evidence"`
 	EvidenceDueBy   sql.NullTime `db:"evidence_due_by"`
 	SubmittedAt     sql.NullTime `db:"submitted_at"`
+	EvidenceSentAt  sql.NullTime `db:"evidence_sent_at"`
 	ClosedAt        sql.NullTime `db:"closed_at"`
 	CreatedAt       time.Time    `db:"created_at"`
 }
@@ -34,7 +35,7 @@ func (r disputeRow) dispute() (payments.Dispute, error) {
 	d := payments.Dispute{
 		ID: r.ID, Live: r.Live, PaymentIntentID: r.PaymentIntentID, Amount: r.Amount, Currency: r.Currency,
 		Reason: r.Reason, Status: r.Status, EvidenceDueBy: timePtr(r.EvidenceDueBy), SubmittedAt: timePtr(r.SubmittedAt),
-		ClosedAt: timePtr(r.ClosedAt), Created: r.CreatedAt,
+		EvidenceSentAt: timePtr(r.EvidenceSentAt), ClosedAt: timePtr(r.ClosedAt), Created: r.CreatedAt,
 	}
 	if err := json.Unmarshal(r.Evidence, &d.Evidence); err != nil {
 		return d, fmt.Errorf("decode evidence of %s: %w", r.ID, err)

@@ -34,11 +34,15 @@ func applyEffects(ctx context.Context, tx *txn, sc payments.Scope, eff payments.
 		}
 		// Last in the transaction where it can be, so the row's lock is
 		// held only until commit.
+		// The changes go into DO UPDATE as parameters, not through EXCLUDED:
+		// PostgreSQL checks the proposed row's CHECKs before it resolves the
+		// conflict, and a release (a negative change) there breaks
+		// reserved >= 0. The row is inserted only by a first credit.
 		const q = `INSERT INTO balances (merchant_id, livemode, currency, ledger_total, reserved, updated_at)
-		VALUES ($1, $2, $3, $4, $5, now())
+		VALUES ($1, $2, $3, $4, GREATEST($5::bigint, 0), now())
 		ON CONFLICT (merchant_id, livemode, currency) DO UPDATE SET
-			ledger_total = balances.ledger_total + EXCLUDED.ledger_total,
-			reserved = balances.reserved + EXCLUDED.reserved, updated_at = now()`
+			ledger_total = balances.ledger_total + $4::bigint,
+			reserved = balances.reserved + $5::bigint, updated_at = now()`
 		if _, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, cur, delta, reserve); err != nil {
 			return fmt.Errorf("update balance: %w", err)
 		}

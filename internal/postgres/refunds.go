@@ -190,7 +190,10 @@ func (s *Store) FinishRefund(ctx context.Context, sc payments.Scope, id string, 
 		}
 		return applyEffects(ctx, tx, sc, eff)
 	})
-	return r, err
+	if err != nil {
+		return payments.Refund{}, err // fn's changes did not happen
+	}
+	return r, nil
 }
 
 // Payout locks the balance of currency, or the scope's only balance when
