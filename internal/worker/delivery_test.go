@@ -816,22 +816,7 @@ func TestRelayRedeliversAfterRedisFlush(t *testing.T) {
 	if len(ids) != n || len(want) != n {
 		t.Fatalf("got %d deliveries of %d events, want %d of %d", len(ids), len(want), n, n)
 	}
-	pendingIDs := func() map[string]bool {
-		t.Helper()
-		out := map[string]bool{}
-		list, err := s.insp.ListPendingTasks(tasks.QueueDefault, asynq.PageSize(10000))
-		if errors.Is(err, asynq.ErrQueueNotFound) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ti := range list {
-			out[ti.ID] = true
-		}
-		return out
-	}
-	queued := pendingIDs()
+	queued := s.pendingTasks(t, tasks.QueueDefault)
 	for _, id := range ids {
 		if !queued[id] {
 			t.Fatalf("before the flush: delivery %s has no pending task, want one enqueued after commit", id)
@@ -841,7 +826,7 @@ func TestRelayRedeliversAfterRedisFlush(t *testing.T) {
 	if err := testenv.Redis(t).FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := pendingIDs(); len(got) != 0 {
+	if got := s.pendingTasks(t, tasks.QueueDefault); len(got) != 0 {
 		t.Fatalf("after FlushDB: got %d pending tasks, want 0", len(got))
 	}
 
@@ -852,7 +837,7 @@ func TestRelayRedeliversAfterRedisFlush(t *testing.T) {
 	if enqueued < n {
 		t.Errorf("RelayOnce: got %d enqueued, want at least %d", enqueued, n)
 	}
-	queued = pendingIDs()
+	queued = s.pendingTasks(t, tasks.QueueDefault)
 	for _, id := range ids {
 		if !queued[id] {
 			t.Errorf("after RelayOnce: delivery %s has no pending task, want one", id)

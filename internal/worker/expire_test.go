@@ -76,27 +76,7 @@ func TestExpireSessionsTask(t *testing.T) {
 	insp := asynq.NewInspector(redisOpt)
 	defer insp.Close()
 
-	run := func() {
-		t.Helper()
-		info, err := client.Enqueue(tasks.NewExpireSessions(), asynq.Retention(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			ti, err := insp.GetTaskInfo(info.Queue, info.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ti.State == asynq.TaskStateCompleted {
-				return
-			}
-			if ti.State == asynq.TaskStateRetry || ti.State == asynq.TaskStateArchived || time.Now().After(deadline) {
-				t.Fatalf("expire task: got state %v (%q), want completed", ti.State, ti.LastErr)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	run := func() { runTask(t, client, insp, tasks.NewExpireSessions()) }
 	run()
 	run() // a second sweep finds nothing more: one event per session
 

@@ -378,11 +378,11 @@ func (s *deliveryStack) criticalTask(t *testing.T, id string) *asynq.TaskInfo {
 	return info
 }
 
-// pendingCritical returns the ids of the critical queue's pending tasks.
-func (s *deliveryStack) pendingCritical(t *testing.T) map[string]bool {
+// pendingTasks returns the ids of a queue's pending tasks.
+func (s *deliveryStack) pendingTasks(t *testing.T, queue string) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	list, err := s.insp.ListPendingTasks(tasks.QueueCritical, asynq.PageSize(10000))
+	list, err := s.insp.ListPendingTasks(queue, asynq.PageSize(10000))
 	if errors.Is(err, asynq.ErrQueueNotFound) {
 		return out
 	}
@@ -856,7 +856,7 @@ func TestRelayReenqueuesStrandedMoneyWork(t *testing.T) {
 	dp := submitEvidence(t, s.svc, evidenceSc, ds[0].ID, sandbox.EvidenceWinning)
 
 	stranded := []string{r.ID, pev, dp.ID}
-	queued := s.pendingCritical(t)
+	queued := s.pendingTasks(t, tasks.QueueCritical)
 	for _, id := range stranded {
 		if !queued[id] {
 			t.Fatalf("before the flush: %s has no pending task, want one enqueued after commit", id)
@@ -865,7 +865,7 @@ func TestRelayReenqueuesStrandedMoneyWork(t *testing.T) {
 	if err := testenv.Redis(t).FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.pendingCritical(t); len(got) != 0 {
+	if got := s.pendingTasks(t, tasks.QueueCritical); len(got) != 0 {
 		t.Fatalf("after FlushDB: got %d pending tasks, want 0", len(got))
 	}
 
@@ -876,7 +876,7 @@ func TestRelayReenqueuesStrandedMoneyWork(t *testing.T) {
 	if n < len(stranded) {
 		t.Errorf("RelayOnce: got %d enqueued, want at least %d", n, len(stranded))
 	}
-	queued = s.pendingCritical(t)
+	queued = s.pendingTasks(t, tasks.QueueCritical)
 	for _, id := range stranded {
 		if !queued[id] {
 			t.Errorf("after RelayOnce: %s has no pending task, want one", id)

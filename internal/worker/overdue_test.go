@@ -88,27 +88,7 @@ func TestCloseOverdueDisputesTask(t *testing.T) {
 	defer client.Close()
 	insp := asynq.NewInspector(redisOpt)
 	defer insp.Close()
-	run := func() {
-		t.Helper()
-		info, err := client.Enqueue(tasks.NewCloseOverdueDisputes(), asynq.Retention(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			ti, err := insp.GetTaskInfo(info.Queue, info.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ti.State == asynq.TaskStateCompleted {
-				return
-			}
-			if ti.State == asynq.TaskStateRetry || ti.State == asynq.TaskStateArchived || time.Now().After(deadline) {
-				t.Fatalf("close task: got state %v (%q), want completed", ti.State, ti.LastErr)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	run := func() { runTask(t, client, insp, tasks.NewCloseOverdueDisputes()) }
 	run()
 	run() // a second sweep finds nothing more: one closed event per dispute
 
@@ -146,4 +126,27 @@ func soleBalance(t *testing.T, svc *payments.Service, sc payments.Scope) payment
 		t.Fatalf("got balances %+v, want one", bs)
 	}
 	return bs[0]
+}
+
+// runTask enqueues task and waits until the server has completed it.
+func runTask(t *testing.T, client *asynq.Client, insp *asynq.Inspector, task *asynq.Task) {
+	t.Helper()
+	info, err := client.Enqueue(task, asynq.Retention(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ti, err := insp.GetTaskInfo(info.Queue, info.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ti.State == asynq.TaskStateCompleted {
+			return
+		}
+		if ti.State == asynq.TaskStateRetry || ti.State == asynq.TaskStateArchived || time.Now().After(deadline) {
+			t.Fatalf("task %s: got state %v (%q), want completed", task.Type(), ti.State, ti.LastErr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
