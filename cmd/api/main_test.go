@@ -19,6 +19,7 @@ import (
 
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
+	"paysvc/internal/processor/sandbox"
 	"paysvc/internal/testenv"
 )
 
@@ -740,5 +741,138 @@ func TestCreateKeyConcurrent(t *testing.T) {
 	}
 	if got := countKeys(t, db, m.ID); got != 3 {
 		t.Errorf("got %d keys stored, want 3", got)
+	}
+}
+
+// TestSandboxPayout pays a merchant's balance out from the command line: the
+// whole available amount once (payments net of fees, less what a pending
+// refund holds back), then nothing; each mode on its own.
+func TestSandboxPayout(t *testing.T) {
+	useTestEnv(t)
+	db := testenv.DB(t)
+	ctx := context.Background()
+	svc := payments.NewService(postgres.New(db), nil, time.Now, payments.WithProcessor(sandbox.New(db, "http://sandbox.invalid")))
+	mch := newMerchant(t, db)
+	pay := func(live bool, amount int64) string {
+		t.Helper()
+		cur := "usd"
+		in, err := svc.CreateIntent(ctx, payments.Scope{MerchantID: mch, Live: live}, payments.IntentInput{Amount: &amount, Currency: &cur})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pi, err := svc.RecordIntentOutcome(ctx, in.PaymentIntentID, sandbox.Charge(sandbox.CardSuccess))
+		if err != nil || pi.Status != payments.IntentSucceeded {
+			t.Fatalf("pay %d: got %s, %v, want succeeded", amount, pi.Status, err)
+		}
+		return pi.ID
+	}
+	net := func(amount int64) int64 { return amount - payments.Fee(payments.PlanFree, "usd", amount) }
+	payout := func(args ...string) map[string]any {
+		t.Helper()
+		args = append([]string{"sandbox", "payout", "--merchant", mch}, args...)
+		r := cli(t, args...)
+		r.wantExit(t, 0, strings.Join(args, " "))
+		return r.decode(t)
+	}
+	want := func(amount int64) map[string]any { return map[string]any{"amount": float64(amount), "currency": "usd"} }
+	payoutEntries := func(live bool) []int64 {
+		t.Helper()
+		var out []int64
+		if err := db.Select(&out, `SELECT amount FROM ledger_entries WHERE merchant_id = $1 AND livemode = $2 AND type = 'payout' ORDER BY created_at`, mch, live); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	if got := payout("--mode", "test"); fmt.Sprint(got) != fmt.Sprint(want(0)) {
+		t.Errorf("before any payment: got %v, want %v", got, want(0))
+	}
+	first := pay(false, 1000)
+	pay(false, 2500)
+	pay(false, 4999)
+	pay(true, 7000)
+	refund := int64(300)
+	if _, err := svc.CreateRefund(ctx, payments.Scope{MerchantID: mch}, payments.RefundInput{PaymentIntent: &first, Amount: &refund}); err != nil {
+		t.Fatal(err)
+	}
+	available := net(1000) + net(2500) + net(4999) - refund
+
+	if got := payout("--mode", "test"); fmt.Sprint(got) != fmt.Sprint(want(available)) {
+		t.Errorf("got %v, want %v (payments net of fees, less the pending refund)", got, want(available))
+	}
+	if got := payoutEntries(false); fmt.Sprint(got) != fmt.Sprint([]int64{-available}) {
+		t.Errorf("got payout ledger entries %v, want [%d]", got, -available)
+	}
+	var bal struct {
+		LedgerTotal int64 `db:"ledger_total"`
+		Reserved    int64 `db:"reserved"`
+	}
+	if err := db.Get(&bal, `SELECT ledger_total, reserved FROM balances WHERE merchant_id = $1 AND NOT livemode`, mch); err != nil {
+		t.Fatal(err)
+	}
+	if bal.LedgerTotal != refund || bal.Reserved != refund {
+		t.Errorf("after the payout: got ledger_total %d reserved %d, want %d and %d (what the refund holds)", bal.LedgerTotal, bal.Reserved, refund, refund)
+	}
+	for _, args := range [][]string{{"--mode", "test"}, {"--mode", "test", "--currency", "usd"}, {"--mode", "test", "--currency", "USD"}} {
+		if got := payout(args...); fmt.Sprint(got) != fmt.Sprint(want(0)) {
+			t.Errorf("payout again (%v): got %v, want %v", args, got, want(0))
+		}
+	}
+	if got := payoutEntries(false); len(got) != 1 {
+		t.Errorf("got payout ledger entries %v, want still one", got)
+	}
+
+	// Live mode has its own balance.
+	if got := payout("--mode", "live"); fmt.Sprint(got) != fmt.Sprint(want(net(7000))) {
+		t.Errorf("live: got %v, want %v", got, want(net(7000)))
+	}
+	if got := payout("--mode", "live"); fmt.Sprint(got) != fmt.Sprint(want(0)) {
+		t.Errorf("live again: got %v, want %v", got, want(0))
+	}
+	if got := payoutEntries(true); fmt.Sprint(got) != fmt.Sprint([]int64{-net(7000)}) {
+		t.Errorf("got live payout entries %v, want [%d]", got, -net(7000))
+	}
+}
+
+func TestSandboxPayoutErrors(t *testing.T) {
+	useTestEnv(t)
+	db := testenv.DB(t)
+	mch := newMerchant(t, db)
+	for _, tt := range []struct {
+		name       string
+		args       []string
+		wantStderr string
+	}{
+		{"bad mode", []string{"--merchant", mch, "--mode", "prod"}, "mode"},
+		{"no mode", []string{"--merchant", mch}, "mode"},
+		{"no merchant", []string{"--mode", "test"}, "merchant"},
+		{"unknown merchant", []string{"--merchant", "mch_doesnotexist0000000000", "--mode", "test"}, "mch_doesnotexist0000000000"},
+		{"not a merchant id", []string{"--merchant", "svc_test_pastedsecret", "--mode", "test"}, "--merchant"},
+		{"bad currency", []string{"--merchant", mch, "--mode", "test", "--currency", "dollars"}, "currency"},
+		{"stray argument", []string{"--merchant", mch, "--mode", "test", "now"}, "unexpected arguments"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"sandbox", "payout"}, tt.args...)
+			r := cli(t, args...)
+			if r.code == 0 {
+				t.Fatalf("api %s: got exit 0 (stdout %s), want non-zero", strings.Join(args, " "), r.stdout)
+			}
+			if !strings.Contains(r.stderr, tt.wantStderr) {
+				t.Errorf("got stderr %q, want a message about %q", r.stderr, tt.wantStderr)
+			}
+			if strings.Contains(r.stderr, "pastedsecret") {
+				t.Errorf("got stderr %q, want the value not echoed", r.stderr)
+			}
+			if r.stdout != "" {
+				t.Errorf("got stdout %q, want nothing", r.stdout)
+			}
+		})
+	}
+	var n int
+	if err := db.Get(&n, `SELECT count(*) FROM ledger_entries WHERE merchant_id = $1`, mch); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("got %d ledger entries after failed payouts, want 0", n)
 	}
 }

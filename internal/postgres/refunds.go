@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lib/pq"
+
 	"paysvc/internal/payments"
 )
 
@@ -125,9 +127,14 @@ func insertRefund(ctx context.Context, tx *txn, sc payments.Scope, r payments.Re
 	}
 	err := tx.GetContext(ctx, &res, q, sc.MerchantID, sc.Live, r.ID, r.PaymentIntentID, r.SessionID, r.Amount,
 		r.Currency, r.Reason, r.Status, r.Created)
+	var pqErr *pq.Error
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return ctx.Err() // the client left; not a verdict on the balance
+	case errors.As(err, &pqErr) && pqErr.Code.Class() == "23":
+		// An integrity violation is a bug above, not an unreadable balance:
+		// let it be the 500 it is.
+		return fmt.Errorf("insert refund: %w", err)
 	case err != nil:
 		return payments.ErrBalanceUnverified(fmt.Errorf("insert refund: %w", err))
 	case res.Reserved:
