@@ -22,14 +22,21 @@ CREATE TABLE ledger_entries (
     amount      bigint NOT NULL,  -- signed, minor units: + in, - out
     fee         bigint NOT NULL DEFAULT 0,  -- the fee kept from a payment (already netted from amount)
     source_id   text NOT NULL,
+    -- Whether balances.ledger_total counts it yet. Payment credits are
+    -- written unfolded, touching no shared row, so a merchant's payments do
+    -- not queue on its balance; whatever decides on the balance (a refund, a
+    -- payout) first folds them in under the balance's lock.
+    folded      boolean NOT NULL DEFAULT true,
     created_at  timestamptz NOT NULL DEFAULT now(),
     UNIQUE (source_id, type)
 );
 CREATE INDEX ledger_entries_scope ON ledger_entries (merchant_id, livemode, currency, created_at);
+CREATE INDEX ledger_entries_unfolded ON ledger_entries (merchant_id, livemode, currency) WHERE NOT folded;
 
--- The running sum of the ledger per merchant, mode and currency, changed in
--- the same transaction as every entry, plus what pending refunds reserve.
--- Available = ledger_total - reserved. Refunds and payouts lock this row, so
+-- The running sum of the ledger's folded entries per merchant, mode and
+-- currency (debits are folded as they are written, credits by the next
+-- refund or payout), plus what pending refunds reserve.
+-- Available = ledger_total + unfolded credits - reserved. Refunds and payouts lock this row, so
 -- the debits of one merchant and currency are serialized. ledger_total may go
 -- below zero: a dispute withdraws its amount whatever the balance holds.
 CREATE TABLE balances (

@@ -189,7 +189,8 @@ func paymentOf(t *testing.T, h *harness, key, pi string) moneyPaymentView {
 }
 
 // checkMoney asserts the invariants that tie a scope's money together:
-// the ledger sums to each balance's ledger_total; reserved is what pending
+// the folded ledger entries sum to each balance's ledger_total (payment
+// credits wait unfolded until a refund or payout folds them in); reserved is what pending
 // refunds hold and never more than the ledger (the tests keep balances
 // funded: a dispute may legitimately take the ledger below what pending
 // refunds reserved); every payment's refunded and pending amounts are its
@@ -198,11 +199,11 @@ func checkMoney(t *testing.T, h *harness, sc payments.Scope) {
 	t.Helper()
 	var bad []string
 	const q = `
-	SELECT format('balance %s: ledger_total %s, ledger entries sum to %s, reserved %s, pending refunds %s',
+	SELECT format('balance %s: ledger_total %s, folded ledger entries sum to %s, reserved %s, pending refunds %s',
 		b.currency, b.ledger_total, l.sum, b.reserved, r.sum)
 	FROM balances b
 	CROSS JOIN LATERAL (SELECT coalesce(sum(amount), 0) AS sum FROM ledger_entries
-		WHERE merchant_id = b.merchant_id AND livemode = b.livemode AND currency = b.currency) l
+		WHERE merchant_id = b.merchant_id AND livemode = b.livemode AND currency = b.currency AND folded) l
 	CROSS JOIN LATERAL (SELECT coalesce(sum(amount), 0) AS sum FROM refunds
 		WHERE merchant_id = b.merchant_id AND livemode = b.livemode AND currency = b.currency AND status = 'pending') r
 	WHERE b.merchant_id = $1 AND b.livemode = $2

@@ -15,12 +15,24 @@ import (
 func applyEffects(ctx context.Context, tx *txn, sc payments.Scope, eff payments.Effects) error {
 	moves := map[string]int64{} // currency → change of ledger_total
 	for _, e := range eff.Ledger {
-		const q = `INSERT INTO ledger_entries (id, merchant_id, livemode, currency, type, amount, fee, source_id, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
-		if _, err := tx.ExecContext(ctx, q, e.ID, sc.MerchantID, sc.Live, e.Currency, e.Type, e.Amount, e.Fee, e.SourceID, e.Created); err != nil {
+		// A payment's credit is written unfolded and moves no balance row
+		// now (see foldCredits); it only makes sure the row exists, which
+		// ON CONFLICT DO NOTHING does without locking it. Every debit
+		// moves the balance at once.
+		folded := e.Type != payments.LedgerPayment
+		const q = `INSERT INTO ledger_entries (id, merchant_id, livemode, currency, type, amount, fee, source_id, folded, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+		if _, err := tx.ExecContext(ctx, q, e.ID, sc.MerchantID, sc.Live, e.Currency, e.Type, e.Amount, e.Fee, e.SourceID, folded, e.Created); err != nil {
 			return fmt.Errorf("insert ledger entry %s of %s: %w", e.Type, e.SourceID, err)
 		}
-		moves[e.Currency] += e.Amount
+		if folded {
+			moves[e.Currency] += e.Amount
+			continue
+		}
+		const ensure = `INSERT INTO balances (merchant_id, livemode, currency) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+		if _, err := tx.ExecContext(ctx, ensure, sc.MerchantID, sc.Live, e.Currency); err != nil {
+			return fmt.Errorf("create balance: %w", err)
+		}
 	}
 	if eff.Reserve != 0 {
 		if _, ok := moves[eff.ReserveCurrency]; !ok {
@@ -33,11 +45,10 @@ func applyEffects(ctx context.Context, tx *txn, sc payments.Scope, eff payments.
 			reserve = eff.Reserve
 		}
 		// Last in the transaction where it can be, so the row's lock is
-		// held only until commit.
-		// The changes go into DO UPDATE as parameters, not through EXCLUDED:
-		// PostgreSQL checks the proposed row's CHECKs before it resolves the
-		// conflict, and a release (a negative change) there breaks
-		// reserved >= 0. The row is inserted only by a first credit.
+		// held only until commit. The changes go into DO UPDATE as
+		// parameters, not through EXCLUDED: PostgreSQL checks the proposed
+		// row's CHECKs before it resolves the conflict, and a release (a
+		// negative change) there breaks reserved >= 0.
 		const q = `INSERT INTO balances (merchant_id, livemode, currency, ledger_total, reserved, updated_at)
 		VALUES ($1, $2, $3, $4, GREATEST($5::bigint, 0), now())
 		ON CONFLICT (merchant_id, livemode, currency) DO UPDATE SET
@@ -58,6 +69,17 @@ func applyEffects(ctx context.Context, tx *txn, sc payments.Scope, eff payments.
 	tx.jobs = append(tx.jobs, eff.Jobs...)
 	return insertEvents(ctx, tx, sc, eff.Events)
 }
+
+// foldCredits is a CTE, "folded", that marks the scope's unfolded credits
+// in currency ($1, $2, $3) folded and yields their sum as "credit", for a
+// statement that adds it to the balance's ledger_total in the same breath.
+// Two folds never count an entry twice: the second waits on the first's row
+// locks and then no longer finds the entries unfolded.
+const foldCredits = `folded AS (
+		UPDATE ledger_entries SET folded = true
+		WHERE merchant_id = $1 AND livemode = $2 AND currency = $3 AND NOT folded
+		RETURNING amount
+	), credit AS (SELECT coalesce(sum(amount), 0) AS credit FROM folded)`
 
 // StrandedJobs returns work whose task may have vanished (Redis lost its
 // data, or a process died between commit and enqueue): pending deliveries

@@ -37,11 +37,14 @@ func (r refundRow) refund() payments.Refund {
 	}
 }
 
-// lockBalance locks the scope's balance in currency; found is false when
-// the scope has never held that currency.
+// lockBalance folds the scope's credits in currency into its balance and
+// returns it, locked; found is false when the scope has never held that
+// currency.
 func lockBalance(ctx context.Context, tx *txn, sc payments.Scope, currency string) (b payments.Balance, found bool, err error) {
-	const q = `SELECT ledger_total, reserved FROM balances
-	WHERE merchant_id = $1 AND livemode = $2 AND currency = $3 FOR UPDATE`
+	const q = `WITH ` + foldCredits + `
+	UPDATE balances SET ledger_total = ledger_total + (SELECT credit FROM credit), updated_at = now()
+	WHERE merchant_id = $1 AND livemode = $2 AND currency = $3
+	RETURNING ledger_total, reserved`
 	b.Currency = currency
 	err = tx.QueryRowxContext(ctx, q, sc.MerchantID, sc.Live, currency).Scan(&b.LedgerTotal, &b.Reserved)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -95,8 +98,9 @@ func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payment
 }
 
 // insertRefund inserts a pending refund, adds its amount to the payment's
-// pending refunds and reserves it from the balance, if the balance's
-// available amount (ledger_total - reserved) covers it, in one statement:
+// pending refunds and reserves it from the balance, after folding in the
+// payments' credits, if the available amount (ledger_total - reserved)
+// covers it, in one statement:
 // the payment's lock (a hot payment serializes its refunds) and the
 // balance's (shared by all the merchant's refunds) are held from here to
 // commit only, and two refunds can never both take the last of a balance.
@@ -105,9 +109,11 @@ func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payment
 // as is a failure to read it. On a refusal the caller's transaction rolls
 // the refund and the payment back.
 func insertRefund(ctx context.Context, tx *txn, sc payments.Scope, r payments.Refund) error {
-	const q = `WITH b AS (
-		UPDATE balances SET reserved = reserved + $6, updated_at = now()
-		WHERE merchant_id = $1 AND livemode = $2 AND currency = $7 AND ledger_total - reserved >= $6
+	const q = `WITH ` + foldCredits + `, b AS (
+		UPDATE balances SET ledger_total = ledger_total + (SELECT credit FROM credit), reserved = reserved + $6,
+			updated_at = now()
+		WHERE merchant_id = $1 AND livemode = $2 AND currency = $3
+			AND ledger_total + (SELECT credit FROM credit) - reserved >= $6
 		RETURNING 1
 	), p AS (
 		UPDATE payment_intents SET amount_refund_pending = amount_refund_pending + $6, updated_at = now()
@@ -116,17 +122,17 @@ func insertRefund(ctx context.Context, tx *txn, sc payments.Scope, r payments.Re
 	), r AS (
 		INSERT INTO refunds (merchant_id, livemode, id, payment_intent_id, session_id, amount, currency, reason,
 			status, created_at, updated_at)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10 WHERE EXISTS (SELECT 1 FROM b)
+		SELECT $1, $2, $7, $4, $5, $6, $3, $8, $9, $10, $10 WHERE EXISTS (SELECT 1 FROM b)
 		RETURNING 1
 	)
 	SELECT EXISTS (SELECT 1 FROM b) AND EXISTS (SELECT 1 FROM p) AND EXISTS (SELECT 1 FROM r) AS reserved,
-		EXISTS (SELECT 1 FROM balances WHERE merchant_id = $1 AND livemode = $2 AND currency = $7) AS found`
+		EXISTS (SELECT 1 FROM balances WHERE merchant_id = $1 AND livemode = $2 AND currency = $3) AS found`
 	var res struct {
 		Reserved bool `db:"reserved"`
 		Found    bool `db:"found"`
 	}
-	err := tx.GetContext(ctx, &res, q, sc.MerchantID, sc.Live, r.ID, r.PaymentIntentID, r.SessionID, r.Amount,
-		r.Currency, r.Reason, r.Status, r.Created)
+	err := tx.GetContext(ctx, &res, q, sc.MerchantID, sc.Live, r.Currency, r.PaymentIntentID, r.SessionID, r.Amount,
+		r.ID, r.Reason, r.Status, r.Created)
 	var pqErr *pq.Error
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -236,14 +242,20 @@ func (s *Store) Payout(ctx context.Context, sc payments.Scope, currency string, 
 	return out, err
 }
 
-// Balances returns the scope's balances, by currency.
+// Balances returns the scope's balances, by currency, credits not yet
+// folded in included.
 func (s *Store) Balances(ctx context.Context, sc payments.Scope) ([]payments.Balance, error) {
 	var rows []struct {
 		Currency    string `db:"currency"`
 		LedgerTotal int64  `db:"ledger_total"`
 		Reserved    int64  `db:"reserved"`
 	}
-	const q = `SELECT currency, ledger_total, reserved FROM balances WHERE merchant_id = $1 AND livemode = $2 ORDER BY currency`
+	// What is not folded in yet counts: it is the payments' credits.
+	const q = `SELECT b.currency, b.ledger_total + coalesce(sum(l.amount), 0) AS ledger_total, b.reserved
+	FROM balances b LEFT JOIN ledger_entries l ON l.merchant_id = b.merchant_id AND l.livemode = b.livemode
+		AND l.currency = b.currency AND NOT l.folded
+	WHERE b.merchant_id = $1 AND b.livemode = $2
+	GROUP BY b.currency, b.ledger_total, b.reserved ORDER BY b.currency`
 	if err := s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live); err != nil {
 		return nil, fmt.Errorf("select balances: %w", err)
 	}
