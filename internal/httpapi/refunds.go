@@ -18,6 +18,23 @@ func (s *Server) createRefund(c *gin.Context) (any, error) {
 	return r.Object(), nil
 }
 
+func (s *Server) getRefund(c *gin.Context) (any, error) {
+	r, err := s.svc.Refund(c.Request.Context(), scope(c), c.Param("id"))
+	if err != nil {
+		return nil, err
+	}
+	return r.Object(), nil
+}
+
+func (s *Server) getBalance(c *gin.Context) (any, error) {
+	sc := scope(c)
+	bs, err := s.svc.Balances(c.Request.Context(), sc)
+	if err != nil {
+		return nil, err
+	}
+	return payments.BalanceObjectOf(sc, bs), nil
+}
+
 func (s *Server) listDisputes(c *gin.Context) (any, error) {
 	lp, err := listParams(c, payments.DisputeListLimit)
 	if err != nil {

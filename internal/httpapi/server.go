@@ -96,6 +96,8 @@ func New(d Deps) http.Handler {
 	v1.GET("/test-payments", s.wrap(s.listTestPayments))
 
 	v1.POST("/refunds", s.wrap(s.createRefund))
+	v1.GET("/refunds/:id", s.wrap(s.getRefund))
+	v1.GET("/balance", s.wrap(s.getBalance))
 	v1.GET("/disputes", s.wrap(s.listDisputes))
 	v1.GET("/disputes/:id", s.wrap(s.getDispute))
 	v1.POST("/disputes/:id/evidence", s.wrap(s.updateEvidence))

@@ -123,3 +123,28 @@ func (s *Service) PayoutAll(ctx context.Context, sc Scope, currency string) (Pay
 func (s *Service) Balances(ctx context.Context, sc Scope) ([]Balance, error) {
 	return s.store.Balances(ctx, sc)
 }
+
+// Money is an amount in one currency.
+type Money struct {
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+}
+
+// BalanceObject is the scope's balance as the API returns it: what refunds
+// and payouts may take, and what pending refunds hold back, per currency.
+type BalanceObject struct {
+	Object    string  `json:"object"`
+	Available []Money `json:"available"`
+	Reserved  []Money `json:"reserved"`
+	Livemode  bool    `json:"livemode"`
+}
+
+// BalanceObjectOf returns the API shape of a scope's balances.
+func BalanceObjectOf(sc Scope, bs []Balance) BalanceObject {
+	o := BalanceObject{Object: "balance", Available: []Money{}, Reserved: []Money{}, Livemode: sc.Live}
+	for _, b := range bs {
+		o.Available = append(o.Available, Money{Amount: b.Available(), Currency: b.Currency})
+		o.Reserved = append(o.Reserved, Money{Amount: b.Reserved, Currency: b.Currency})
+	}
+	return o
+}

@@ -151,6 +151,12 @@ func ErrBalanceUnverified(err error) *Error {
 	return &Error{Code: BalanceVerificationFailed, Msg: "The merchant balance could not be verified; no refund was created.", Err: err}
 }
 
+// Refund returns one of the scope's refunds, to follow it from pending to
+// succeeded or failed. Codes: payment_not_found.
+func (s *Service) Refund(ctx context.Context, sc Scope, id string) (Refund, error) {
+	return s.store.Refund(ctx, sc, id)
+}
+
 // Refundable is what can still be refunded: what was paid less what has been
 // refunded or is being refunded.
 func (pi PaymentIntent) Refundable() int64 {

@@ -181,8 +181,8 @@ func TestDocumentBuilds(t *testing.T) {
 		"POST /v1/webhook-endpoints": true, "GET /v1/webhook-endpoints": true,
 		"DELETE /v1/webhook-endpoints/{id}": true,
 		"POST /v1/refunds":                  true, "GET /v1/disputes": true, "GET /v1/disputes/{id}": true,
-		"POST /v1/disputes/{id}/evidence": true,
-		"GET /v1/openapi.yaml":            true,
+		"POST /v1/disputes/{id}/evidence": true, "GET /v1/refunds/{id}": true, "GET /v1/balance": true,
+		"GET /v1/openapi.yaml": true,
 	}
 	got := map[string]bool{}
 	for path, item := range m.Paths.PathItems.FromOldest() {
