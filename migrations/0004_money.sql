@@ -60,10 +60,15 @@ CREATE TABLE refunds (
     reason            text CHECK (reason IN ('duplicate', 'fraudulent', 'requested_by_customer')),
     status            text NOT NULL CHECK (status IN ('pending', 'succeeded', 'failed')),
     failure_reason    text,
+    -- The request's Idempotency-Key, written in the refund's own
+    -- transaction: a retry whose first attempt committed but died before
+    -- its response was stored gets this refund back instead of a second one.
+    idempotency_key   text,
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX refunds_page ON refunds (merchant_id, livemode, created_at DESC, id DESC);
+CREATE INDEX refunds_idempotency ON refunds (merchant_id, livemode, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX refunds_payment ON refunds (payment_intent_id);
 -- The relay's scan for refunds whose task vanished.
 CREATE INDEX refunds_pending ON refunds (created_at) WHERE status = 'pending';

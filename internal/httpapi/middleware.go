@@ -141,7 +141,7 @@ func (s *Server) rateLimit(c *gin.Context) {
 
 // Idempotency-Key handling (Stripe's behaviour).
 const (
-	idempotencyTTL   = 24 * time.Hour
+	idempotencyTTL   = payments.IdempotencyTTL
 	idempotencyStale = 30 * time.Second // an in-flight claim older than this belongs to a dead process
 	idempotencyWait  = idempotencyStale + 5*time.Second
 	maxIdempotentKey = 255

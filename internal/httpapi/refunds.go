@@ -11,6 +11,10 @@ func (s *Server) createRefund(c *gin.Context) (any, error) {
 	if err := bindJSON(c, &in); err != nil {
 		return nil, err
 	}
+	// The key goes into the refund's own transaction too: the response is
+	// stored only after it, and a process that dies in between must not
+	// leave a retry free to refund twice.
+	in.IdempotencyKey = c.GetHeader("Idempotency-Key")
 	r, err := s.svc.CreateRefund(c.Request.Context(), scope(c), in)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,10 @@ const (
 	RefundFailed    = "failed"
 )
 
+// IdempotencyTTL is how long an Idempotency-Key is kept (decisions.md §6);
+// after it a key may be used again for a new request.
+const IdempotencyTTL = 24 * time.Hour
+
 // EventChargeRefunded is sent when a refund succeeds.
 const EventChargeRefunded = "charge.refunded"
 
@@ -65,12 +69,17 @@ type RefundInput struct {
 	PaymentIntent *string `json:"payment_intent"`
 	Amount        *int64  `json:"amount"`
 	Reason        *string `json:"reason"`
+	// IdempotencyKey is the request's Idempotency-Key header, if any.
+	IdempotencyKey string `json:"-"`
 }
 
-// PaymentRef names the payment to refund: by its checkout session or its id.
+// PaymentRef names the payment to refund: by its checkout session or its
+// id; IdempotencyKey, when set, names the refund a retry must get back.
 type PaymentRef struct {
 	SessionID       string
 	PaymentIntentID string
+	IdempotencyKey  string
+	KeySince        time.Time // refunds made under the key before this do not count
 }
 
 func (in RefundInput) validate() (PaymentRef, error) {
@@ -99,6 +108,7 @@ func (in RefundInput) validate() (PaymentRef, error) {
 	if in.Reason != nil && !refundReasons[*in.Reason] {
 		return ref, Invalid("reason", "must be one of duplicate, fraudulent, requested_by_customer")
 	}
+	ref.IdempotencyKey = in.IdempotencyKey
 	return ref, nil
 }
 
@@ -110,12 +120,16 @@ func (in RefundInput) validate() (PaymentRef, error) {
 // executes it at the processor (JobExecuteRefund). Codes: validation_error,
 // payment_not_found, refund_not_allowed, already_refunded,
 // refund_amount_too_large, insufficient_balance, balance_verification_failed.
+// With an IdempotencyKey that already created a refund (its first request
+// committed, then its process died before the API stored the response),
+// that refund is returned and nothing else happens.
 func (s *Service) CreateRefund(ctx context.Context, sc Scope, in RefundInput) (Refund, error) {
 	ref, err := in.validate()
 	if err != nil {
 		return Refund{}, err
 	}
 	now := s.now()
+	ref.KeySince = now.Add(-IdempotencyTTL)
 	return s.store.CreateRefund(ctx, sc, ref, func(pi PaymentIntent) (Refund, []Job, error) {
 		if pi.DisputeID != nil {
 			return Refund{}, nil, Errorf(RefundNotAllowed, "Payment %s is disputed and cannot be refunded.", pi.ID)

@@ -61,7 +61,8 @@ type Store interface {
 	// is the scope's and succeeded), runs fn, and inserts the refund fn
 	// returns with its amount reserved from the balance of its currency:
 	// insufficient_balance when the available amount cannot cover it,
-	// balance_verification_failed when the balance cannot be read.
+	// balance_verification_failed when the balance cannot be read. A refund
+	// already made under ref.IdempotencyKey is returned instead.
 	CreateRefund(ctx context.Context, sc Scope, ref PaymentRef, fn func(pi PaymentIntent) (Refund, []Job, error)) (Refund, error)
 	Refund(ctx context.Context, sc Scope, id string) (Refund, error)
 	// FinishRefund locks the refund and its payment, runs fn and saves both

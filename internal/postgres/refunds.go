@@ -63,6 +63,21 @@ func lockBalance(ctx context.Context, tx *txn, sc payments.Scope, currency strin
 func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payments.PaymentRef, fn func(payments.PaymentIntent) (payments.Refund, []payments.Job, error)) (payments.Refund, error) {
 	var r payments.Refund
 	err := s.inTx(ctx, func(tx *txn) error {
+		if ref.IdempotencyKey != "" {
+			var row refundRow
+			// Within the key's lifetime only: after it the key is new again.
+			err := tx.GetContext(ctx, &row, `SELECT `+refundCols+` FROM refunds
+				WHERE merchant_id = $1 AND livemode = $2 AND idempotency_key = $3 AND created_at > $4
+				ORDER BY created_at DESC LIMIT 1`,
+				sc.MerchantID, sc.Live, ref.IdempotencyKey, ref.KeySince)
+			if err == nil {
+				r = row.refund() // made by this key's first request
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("select refund by idempotency key: %w", err)
+			}
+		}
 		piID := ref.PaymentIntentID
 		if ref.SessionID != "" {
 			const q = `SELECT payment_intent_id FROM checkout_sessions
@@ -88,7 +103,7 @@ func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payment
 		if r, jobs, err = fn(pi); err != nil {
 			return err
 		}
-		if err := insertRefund(ctx, tx, sc, r); err != nil {
+		if err := insertRefund(ctx, tx, sc, r, ref.IdempotencyKey); err != nil {
 			return err
 		}
 		tx.jobs = append(tx.jobs, jobs...)
@@ -108,7 +123,7 @@ func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payment
 // means the ledger cannot vouch for the refund: balance_verification_failed,
 // as is a failure to read it. On a refusal the caller's transaction rolls
 // the refund and the payment back.
-func insertRefund(ctx context.Context, tx *txn, sc payments.Scope, r payments.Refund) error {
+func insertRefund(ctx context.Context, tx *txn, sc payments.Scope, r payments.Refund, idemKey string) error {
 	const q = `WITH ` + foldCredits + `, b AS (
 		UPDATE balances SET ledger_total = ledger_total + (SELECT credit FROM credit), reserved = reserved + $6,
 			updated_at = now()
@@ -121,8 +136,8 @@ func insertRefund(ctx context.Context, tx *txn, sc payments.Scope, r payments.Re
 		RETURNING 1
 	), r AS (
 		INSERT INTO refunds (merchant_id, livemode, id, payment_intent_id, session_id, amount, currency, reason,
-			status, created_at, updated_at)
-		SELECT $1, $2, $7, $4, $5, $6, $3, $8, $9, $10, $10 WHERE EXISTS (SELECT 1 FROM b)
+			status, idempotency_key, created_at, updated_at)
+		SELECT $1, $2, $7, $4, $5, $6, $3, $8, $9, $11, $10, $10 WHERE EXISTS (SELECT 1 FROM b)
 		RETURNING 1
 	)
 	SELECT EXISTS (SELECT 1 FROM b) AND EXISTS (SELECT 1 FROM p) AND EXISTS (SELECT 1 FROM r) AS reserved,
@@ -132,7 +147,7 @@ func insertRefund(ctx context.Context, tx *txn, sc payments.Scope, r payments.Re
 		Found    bool `db:"found"`
 	}
 	err := tx.GetContext(ctx, &res, q, sc.MerchantID, sc.Live, r.Currency, r.PaymentIntentID, r.SessionID, r.Amount,
-		r.ID, r.Reason, r.Status, r.Created)
+		r.ID, r.Reason, r.Status, r.Created, nullIfEmpty(idemKey))
 	var pqErr *pq.Error
 	switch {
 	case err != nil && ctx.Err() != nil:
