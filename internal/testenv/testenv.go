@@ -40,22 +40,19 @@ func redisBase() string {
 	return "redis://127.0.0.1:6379/"
 }
 
-var (
-	dbOnce sync.Once
-	dbURL  string
-	dbErr  error
-)
+// testDB creates this process's database once.
+var testDB = sync.OnceValues(createDB)
 
 // DatabaseURL returns the URL of this test process's own migrated database,
 // creating it on first use. The name carries the pid; databases of
 // processes that are gone are dropped, so crashed runs leave nothing behind.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
-	dbOnce.Do(func() { dbURL, dbErr = createDB() })
-	if dbErr != nil {
-		t.Fatalf("testenv: %v", dbErr)
+	url, err := testDB()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
-	return dbURL
+	return url
 }
 
 // DB returns a connection pool to this process's test database.
@@ -137,21 +134,18 @@ func dropStale(ctx context.Context, admin *sql.DB) {
 	}
 }
 
-var (
-	redisOnce sync.Once
-	redisDB   int
-	redisErr  error
-)
+// testRedisDB leases this process's Redis database once.
+var testRedisDB = sync.OnceValues(claimRedisDB)
 
 // RedisURL returns a Redis URL on a database index (1..15) that this process
 // holds exclusively for its lifetime, flushed when taken.
 func RedisURL(t testing.TB) string {
 	t.Helper()
-	redisOnce.Do(func() { redisDB, redisErr = claimRedisDB() })
-	if redisErr != nil {
-		t.Fatalf("testenv: %v", redisErr)
+	db, err := testRedisDB()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
-	return redisBase() + strconv.Itoa(redisDB)
+	return redisBase() + strconv.Itoa(db)
 }
 
 // Redis returns a client on this process's Redis database.
