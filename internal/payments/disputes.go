@@ -171,16 +171,17 @@ func (s *Service) ApplyProcessorEvent(ctx context.Context, sc Scope, id string) 
 		if ev.Type != ProcessorDisputeCreated {
 			return nil, Effects{}, nil // a type this version does not act on
 		}
-		return openDispute(sc, ev, pi, now)
+		d, eff := openDispute(sc, ev, pi, now)
+		return d, eff, nil
 	})
 }
 
 // openDispute opens a dispute on a payment: the disputed amount, all that
 // was not refunded or reserved by a pending refund, leaves the balance now.
-func openDispute(sc Scope, ev ProcessorEvent, pi *PaymentIntent, now time.Time) (*Dispute, Effects, error) {
+func openDispute(sc Scope, ev ProcessorEvent, pi *PaymentIntent, now time.Time) (*Dispute, Effects) {
 	amount := pi.Refundable()
 	if pi.DisputeID != nil || pi.Status != IntentSucceeded || amount <= 0 {
-		return nil, Effects{}, nil // nothing left to dispute
+		return nil, Effects{} // nothing left to dispute
 	}
 	reason := ev.Data["reason"]
 	if reason == "" {
@@ -195,7 +196,18 @@ func openDispute(sc Scope, ev ProcessorEvent, pi *PaymentIntent, now time.Time) 
 	return d, Effects{
 		Ledger: []LedgerEntry{newEntry(LedgerDispute, -amount, d.Currency, d.ID, now)},
 		Events: []Event{newEvent(EventDisputeCreated, d.Object(), now)},
-	}, nil
+	}
+}
+
+// close decides the dispute as won or lost, with charge.dispute.closed: won
+// returns the disputed amount to the balance, lost keeps it withdrawn.
+func (d *Dispute) close(status string, now time.Time) Effects {
+	d.Status, d.ClosedAt = status, &now
+	eff := Effects{Events: []Event{newEvent(EventDisputeClosed, d.Object(), now)}}
+	if status == DisputeWon {
+		eff.Ledger = []LedgerEntry{newEntry(LedgerDisputeReversal, d.Amount, d.Currency, d.ID, now)}
+	}
+	return eff
 }
 
 // SendEvidence sends a submitted dispute's evidence to the processor and
@@ -216,18 +228,10 @@ func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Disput
 		if d.Status != DisputeUnderReview {
 			return Effects{}
 		}
-		switch decision.Status {
-		case DisputeWon:
-			d.Status, d.ClosedAt = DisputeWon, &now
-			return Effects{
-				Ledger: []LedgerEntry{newEntry(LedgerDisputeReversal, d.Amount, d.Currency, d.ID, now)},
-				Events: []Event{newEvent(EventDisputeClosed, d.Object(), now)},
-			}
-		case DisputeLost:
-			d.Status, d.ClosedAt = DisputeLost, &now
-			return Effects{Events: []Event{newEvent(EventDisputeClosed, d.Object(), now)}}
+		if decision.Status != DisputeWon && decision.Status != DisputeLost {
+			return Effects{} // still under review
 		}
-		return Effects{} // still under review
+		return d.close(decision.Status, now)
 	})
 }
 
@@ -237,7 +241,6 @@ func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Disput
 func (s *Service) CloseOverdueDisputes(ctx context.Context, limit int) (int, error) {
 	now := s.now()
 	return s.store.CloseOverdueDisputes(ctx, now, limit, func(d *Dispute) Effects {
-		d.Status, d.ClosedAt = DisputeLost, &now
-		return Effects{Events: []Event{newEvent(EventDisputeClosed, d.Object(), now)}}
+		return d.close(DisputeLost, now)
 	})
 }

@@ -80,10 +80,11 @@ func NotFound(code Code, id string) *Error {
 	return &Error{Code: code, Msg: fmt.Sprintf("No such %s: '%s'", what, id)}
 }
 
-// DisputeNotFound is an unknown dispute id. The spec lists no code of its
-// own; payment_not_found is the nearest (a dispute is about a payment).
-func DisputeNotFound(id string) *Error {
-	return &Error{Code: PaymentNotFound, Msg: fmt.Sprintf("No such dispute: '%s'", id)}
+// NotFoundOf is the not-found error of an object the spec has no code of
+// its own for (a refund, a dispute): payment_not_found is the nearest, as
+// each is about a payment. The message names what was asked for.
+func NotFoundOf(what, id string) *Error {
+	return &Error{Code: PaymentNotFound, Msg: fmt.Sprintf("No such %s: '%s'", what, id)}
 }
 
 // ErrorCode returns the code of err if it is (or wraps) an *Error, else "".

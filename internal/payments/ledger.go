@@ -89,25 +89,19 @@ const (
 	ProcessorDisputeCreated = "dispute.created"
 )
 
-// Payout is the answer of the sandbox payout command.
-type Payout struct {
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-}
-
 // PayoutAll pays out the scope's whole available balance in currency (or, when
 // currency is empty, in the only currency it holds): one payout entry, under
 // the balance's lock, so a refund racing it sees the balance after it.
-func (s *Service) PayoutAll(ctx context.Context, sc Scope, currency string) (Payout, error) {
+func (s *Service) PayoutAll(ctx context.Context, sc Scope, currency string) (Money, error) {
 	if currency != "" {
 		cur, err := checkCurrency("currency", &currency)
 		if err != nil {
-			return Payout{}, err
+			return Money{}, err
 		}
 		currency = cur
 	}
 	if _, err := s.store.MerchantPlan(ctx, sc.MerchantID); err != nil {
-		return Payout{}, err // no such merchant
+		return Money{}, err // no such merchant
 	}
 	now := s.now()
 	return s.store.Payout(ctx, sc, currency, func(b Balance) (Effects, int64) {
@@ -124,7 +118,7 @@ func (s *Service) Balances(ctx context.Context, sc Scope) ([]Balance, error) {
 	return s.store.Balances(ctx, sc)
 }
 
-// Money is an amount in one currency.
+// Money is an amount in one currency: a payout, a line of the balance.
 type Money struct {
 	Amount   int64  `json:"amount"`
 	Currency string `json:"currency"`

@@ -70,7 +70,7 @@ type Store interface {
 	FinishRefund(ctx context.Context, sc Scope, id string, fn func(r *Refund, pi *PaymentIntent) (Effects, error)) (Refund, error)
 	// Payout locks the balance of currency (the scope's only one when
 	// empty), runs fn and writes its effects; fn returns the amount paid.
-	Payout(ctx context.Context, sc Scope, currency string, fn func(Balance) (Effects, int64)) (Payout, error)
+	Payout(ctx context.Context, sc Scope, currency string, fn func(Balance) (Effects, int64)) (Money, error)
 	Balances(ctx context.Context, sc Scope) ([]Balance, error)
 
 	Dispute(ctx context.Context, sc Scope, id string) (Dispute, error)

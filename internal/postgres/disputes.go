@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"paysvc/internal/payments"
 )
 
@@ -43,14 +45,12 @@ func (r disputeRow) dispute() (payments.Dispute, error) {
 	return d, nil
 }
 
-func dispute(ctx context.Context, q interface {
-	GetContext(ctx context.Context, dest any, query string, args ...any) error
-}, sc payments.Scope, id, lock string) (payments.Dispute, error) {
+func dispute(ctx context.Context, q sqlx.QueryerContext, sc payments.Scope, id, lock string) (payments.Dispute, error) {
 	var r disputeRow
-	err := q.GetContext(ctx, &r, `SELECT `+disputeCols+` FROM disputes WHERE merchant_id = $1 AND livemode = $2 AND id = $3`+lock,
+	err := sqlx.GetContext(ctx, q, &r, `SELECT `+disputeCols+` FROM disputes WHERE merchant_id = $1 AND livemode = $2 AND id = $3`+lock,
 		sc.MerchantID, sc.Live, id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return payments.Dispute{}, payments.DisputeNotFound(id)
+		return payments.Dispute{}, payments.NotFoundOf("dispute", id)
 	}
 	if err != nil {
 		return payments.Dispute{}, fmt.Errorf("select dispute: %w", err)

@@ -8,31 +8,45 @@ import (
 	"paysvc/internal/payments"
 )
 
-// applyEffects writes a change's effects in its transaction: ledger entries
-// with the balance they move, the reservation change, processor events,
-// merchant events with their deliveries, and the jobs to enqueue after
-// commit.
+// applyEffects writes a change's effects in its transaction: ledger entries,
+// processor events, merchant events with their deliveries, the jobs to
+// enqueue after commit and, last, the balance the entries and the
+// reservation change move.
 func applyEffects(ctx context.Context, tx *txn, sc payments.Scope, eff payments.Effects) error {
 	moves := map[string]int64{} // currency → change of ledger_total
 	for _, e := range eff.Ledger {
 		// A payment's credit is written unfolded and moves no balance row
-		// now (see foldCredits); it only makes sure the row exists, which
-		// ON CONFLICT DO NOTHING does without locking it. Every debit
-		// moves the balance at once.
-		folded := e.Type != payments.LedgerPayment
-		const q = `INSERT INTO ledger_entries (id, merchant_id, livemode, currency, type, amount, fee, source_id, folded, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
-		if _, err := tx.ExecContext(ctx, q, e.ID, sc.MerchantID, sc.Live, e.Currency, e.Type, e.Amount, e.Fee, e.SourceID, folded, e.Created); err != nil {
+		// now (see foldCredits); the same statement only makes sure the
+		// row exists, which ON CONFLICT DO NOTHING does without locking
+		// it. Every other entry moves the balance at once, below.
+		const unfolded = `WITH e AS (
+			INSERT INTO ledger_entries (id, merchant_id, livemode, currency, type, amount, fee, source_id, folded, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, false, $9)
+		)
+		INSERT INTO balances (merchant_id, livemode, currency) VALUES ($2, $3, $4) ON CONFLICT DO NOTHING`
+		const folded = `INSERT INTO ledger_entries (id, merchant_id, livemode, currency, type, amount, fee, source_id, folded, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, true, $9)`
+		q := folded
+		if e.Type == payments.LedgerPayment {
+			q = unfolded
+		} else {
+			moves[e.Currency] += e.Amount
+		}
+		if _, err := tx.ExecContext(ctx, q, e.ID, sc.MerchantID, sc.Live, e.Currency, e.Type, e.Amount, e.Fee, e.SourceID, e.Created); err != nil {
 			return fmt.Errorf("insert ledger entry %s of %s: %w", e.Type, e.SourceID, err)
 		}
-		if folded {
-			moves[e.Currency] += e.Amount
-			continue
+	}
+	for _, pe := range eff.ProcessorEvents {
+		const q = `INSERT INTO processor_events (id, merchant_id, livemode, type, payment_intent_id, data, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`
+		if _, err := tx.ExecContext(ctx, q, pe.ID, sc.MerchantID, sc.Live, pe.Type, nullIfEmpty(pe.PaymentIntentID), jsonb(nonNilMap(pe.Data)), pe.Created); err != nil {
+			return fmt.Errorf("insert processor event: %w", err)
 		}
-		const ensure = `INSERT INTO balances (merchant_id, livemode, currency) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
-		if _, err := tx.ExecContext(ctx, ensure, sc.MerchantID, sc.Live, e.Currency); err != nil {
-			return fmt.Errorf("create balance: %w", err)
-		}
+		tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobProcessorEvent, ID: pe.ID, MerchantID: sc.MerchantID, Live: sc.Live})
+	}
+	tx.jobs = append(tx.jobs, eff.Jobs...)
+	if err := insertEvents(ctx, tx, sc, eff.Events); err != nil {
+		return err
 	}
 	if eff.Reserve != 0 {
 		if _, ok := moves[eff.ReserveCurrency]; !ok {
@@ -44,8 +58,8 @@ func applyEffects(ctx context.Context, tx *txn, sc payments.Scope, eff payments.
 		if cur == eff.ReserveCurrency {
 			reserve = eff.Reserve
 		}
-		// Last in the transaction where it can be, so the row's lock is
-		// held only until commit. The changes go into DO UPDATE as
+		// Last, so the row's lock is held only until commit. The changes go
+		// into DO UPDATE as
 		// parameters, not through EXCLUDED: PostgreSQL checks the proposed
 		// row's CHECKs before it resolves the conflict, and a release (a
 		// negative change) there breaks reserved >= 0.
@@ -58,16 +72,7 @@ func applyEffects(ctx context.Context, tx *txn, sc payments.Scope, eff payments.
 			return fmt.Errorf("update balance: %w", err)
 		}
 	}
-	for _, pe := range eff.ProcessorEvents {
-		const q = `INSERT INTO processor_events (id, merchant_id, livemode, type, payment_intent_id, data, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`
-		if _, err := tx.ExecContext(ctx, q, pe.ID, sc.MerchantID, sc.Live, pe.Type, nullIfEmpty(pe.PaymentIntentID), jsonb(nonNilMap(pe.Data)), pe.Created); err != nil {
-			return fmt.Errorf("insert processor event: %w", err)
-		}
-		tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobProcessorEvent, ID: pe.ID, MerchantID: sc.MerchantID, Live: sc.Live})
-	}
-	tx.jobs = append(tx.jobs, eff.Jobs...)
-	return insertEvents(ctx, tx, sc, eff.Events)
+	return nil
 }
 
 // foldCredits is a CTE, "folded", that marks the scope's unfolded credits

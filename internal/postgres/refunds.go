@@ -172,7 +172,7 @@ func (s *Store) Refund(ctx context.Context, sc payments.Scope, id string) (payme
 	err := s.q.GetContext(ctx, &row, `SELECT `+refundCols+` FROM refunds WHERE merchant_id = $1 AND livemode = $2 AND id = $3`,
 		sc.MerchantID, sc.Live, id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return payments.Refund{}, &payments.Error{Code: payments.PaymentNotFound, Msg: fmt.Sprintf("No such refund: '%s'", id)}
+		return payments.Refund{}, payments.NotFoundOf("refund", id)
 	}
 	if err != nil {
 		return payments.Refund{}, fmt.Errorf("select refund: %w", err)
@@ -186,8 +186,7 @@ func (s *Store) FinishRefund(ctx context.Context, sc payments.Scope, id string, 
 	var r payments.Refund
 	err := s.inTx(ctx, func(tx *txn) error {
 		// The payment first, as CreateRefund and disputes lock it first.
-		const q = `SELECT p.id FROM payment_intents p JOIN refunds r ON r.payment_intent_id = p.id
-		WHERE r.merchant_id = $1 AND r.livemode = $2 AND r.id = $3`
+		const q = `SELECT payment_intent_id FROM refunds WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
 		var piID string
 		if err := tx.GetContext(ctx, &piID, q, sc.MerchantID, sc.Live, id); err != nil {
 			return fmt.Errorf("select refund's payment %s: %w", id, err)
@@ -226,8 +225,8 @@ func (s *Store) FinishRefund(ctx context.Context, sc payments.Scope, id string, 
 
 // Payout locks the balance of currency, or the scope's only balance when
 // currency is empty, runs fn and writes its effects.
-func (s *Store) Payout(ctx context.Context, sc payments.Scope, currency string, fn func(payments.Balance) (payments.Effects, int64)) (payments.Payout, error) {
-	var out payments.Payout
+func (s *Store) Payout(ctx context.Context, sc payments.Scope, currency string, fn func(payments.Balance) (payments.Effects, int64)) (payments.Money, error) {
+	var out payments.Money
 	err := s.inTx(ctx, func(tx *txn) error {
 		if currency == "" {
 			var curs []string
@@ -237,7 +236,7 @@ func (s *Store) Payout(ctx context.Context, sc payments.Scope, currency string, 
 			}
 			switch len(curs) {
 			case 0:
-				out = payments.Payout{Currency: "usd"} // nothing to pay out
+				out = payments.Money{Currency: "usd"} // nothing to pay out
 				return nil
 			case 1:
 				currency = curs[0]
