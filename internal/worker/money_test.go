@@ -546,8 +546,8 @@ func TestRefundExecutedThroughQueue(t *testing.T) {
 	if info.Type != tasks.TypeExecuteRefund || info.State != asynq.TaskStatePending || ref != (tasks.Ref{MerchantID: sc.MerchantID, ID: r.ID}) {
 		t.Errorf("task %s: got type %q, state %v, payload %+v, want a pending %s for the refund", r.ID, info.Type, info.State, ref, tasks.TypeExecuteRefund)
 	}
-	if info.MaxRetry != tasks.RefundMaxRetry {
-		t.Errorf("task %s: got max retry %d, want %d", r.ID, info.MaxRetry, tasks.RefundMaxRetry)
+	if info.MaxRetry != tasks.MoneyMaxRetry {
+		t.Errorf("task %s: got max retry %d, want %d", r.ID, info.MaxRetry, tasks.MoneyMaxRetry)
 	}
 
 	s.startMoneyWorker(t, nil, nil)
