@@ -86,38 +86,53 @@ const foldCredits = `folded AS (
 		RETURNING amount
 	), credit AS (SELECT coalesce(sum(amount), 0) AS credit FROM folded)`
 
-// StrandedJobs returns work whose task may have vanished (Redis lost its
-// data, or a process died between commit and enqueue): pending deliveries
-// overdue since before, and refunds, processor events and submitted
-// evidence still waiting since before. At most limit of each kind, oldest
-// first; enqueueing one whose task still exists is a no-op.
-func (s *Store) StrandedJobs(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
-	queries := []struct {
-		kind payments.JobKind
-		q    string
-	}{
-		{payments.JobDeliverWebhook, `SELECT id, merchant_id, livemode FROM webhook_deliveries
-			WHERE status = 'pending' AND next_attempt_at < $1 ORDER BY next_attempt_at LIMIT $2`},
-		{payments.JobExecuteRefund, `SELECT id, merchant_id, livemode FROM refunds
-			WHERE status = 'pending' AND created_at < $1 ORDER BY created_at LIMIT $2`},
-		{payments.JobProcessorEvent, `SELECT id, merchant_id, livemode FROM processor_events
-			WHERE processed_at IS NULL AND created_at < $1 ORDER BY created_at LIMIT $2`},
-		{payments.JobSubmitEvidence, `SELECT id, merchant_id, livemode FROM disputes
-			WHERE submitted_at IS NOT NULL AND evidence_sent_at IS NULL AND submitted_at < $1 ORDER BY submitted_at LIMIT $2`},
+// The stranded-work queries of tasks.StrandedStore, one per job kind: rows
+// whose task may have vanished (Redis lost its data, or a process died
+// between commit and enqueue), waiting since before, oldest first, at most
+// limit. The relay (tasks.Kinds) sets each job's kind.
+
+// StrandedDeliveries returns pending deliveries overdue since before.
+func (s *Store) StrandedDeliveries(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
+	const q = `SELECT id, merchant_id, livemode FROM webhook_deliveries
+	WHERE status = 'pending' AND next_attempt_at < $1 ORDER BY next_attempt_at LIMIT $2`
+	return s.stranded(ctx, q, before, limit)
+}
+
+// StrandedRefunds returns refunds pending since before.
+func (s *Store) StrandedRefunds(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
+	const q = `SELECT id, merchant_id, livemode FROM refunds
+	WHERE status = 'pending' AND created_at < $1 ORDER BY created_at LIMIT $2`
+	return s.stranded(ctx, q, before, limit)
+}
+
+// StrandedProcessorEvents returns processor events unapplied since before.
+func (s *Store) StrandedProcessorEvents(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
+	const q = `SELECT id, merchant_id, livemode FROM processor_events
+	WHERE processed_at IS NULL AND created_at < $1 ORDER BY created_at LIMIT $2`
+	return s.stranded(ctx, q, before, limit)
+}
+
+// StrandedEvidence returns dispute evidence submitted before and not yet
+// sent to the processor.
+func (s *Store) StrandedEvidence(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
+	const q = `SELECT id, merchant_id, livemode FROM disputes
+	WHERE submitted_at IS NOT NULL AND evidence_sent_at IS NULL AND submitted_at < $1 ORDER BY submitted_at LIMIT $2`
+	return s.stranded(ctx, q, before, limit)
+}
+
+// stranded runs one stranded-work query: (id, merchant_id, livemode) rows.
+func (s *Store) stranded(ctx context.Context, q string, before time.Time, limit int) ([]payments.Job, error) {
+	var rows []struct {
+		ID         string `db:"id"`
+		MerchantID string `db:"merchant_id"`
+		Live       bool   `db:"livemode"`
 	}
-	var out []payments.Job
-	for _, k := range queries {
-		var rows []struct {
-			ID         string `db:"id"`
-			MerchantID string `db:"merchant_id"`
-			Live       bool   `db:"livemode"`
-		}
-		if err := s.q.SelectContext(ctx, &rows, k.q, before, limit); err != nil {
-			return nil, fmt.Errorf("select stranded %s jobs: %w", k.kind, err)
-		}
-		for _, r := range rows {
-			out = append(out, payments.Job{Kind: k.kind, ID: r.ID, MerchantID: r.MerchantID, Live: r.Live})
-		}
+	if err := s.q.SelectContext(ctx, &rows, q, before, limit); err != nil {
+		return nil, fmt.Errorf("select stranded work: %w", err)
+	}
+	out := make([]payments.Job, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, payments.Job{ID: r.ID, MerchantID: r.MerchantID, Live: r.Live})
 	}
 	return out, nil
 }

@@ -90,7 +90,7 @@ func newDeliveryStack(t *testing.T) *deliveryStack {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	enq := &tasks.Enqueuer{Client: client, Log: log, Redis: testenv.Redis(t)}
 	store.OnCommit(func(ctx context.Context, jobs []payments.Job) { // as app.Env.Enqueuer
-		enq.Enqueue(context.WithoutCancel(ctx), worker.Tasks(jobs))
+		enq.Enqueue(context.WithoutCancel(ctx), tasks.ForJobs(jobs))
 	})
 	insp := asynq.NewInspector(redisOpt)
 	t.Cleanup(func() { insp.Close() })

@@ -911,7 +911,7 @@ func TestRelayReenqueuesStrandedMoneyWork(t *testing.T) {
 	checkBalance(t, "balance after the relayed evidence", s.usdBalance(t, evidenceSc), netPaid, 0)
 
 	// Nothing is left for the relay of these rows.
-	jobs, err := s.store.StrandedJobs(ctx, time.Now(), 10000)
+	jobs, err := tasks.StrandedJobs(ctx, s.store, time.Now(), 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
