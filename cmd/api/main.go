@@ -115,7 +115,7 @@ func serve(ctx context.Context) error {
 		Store:   env.Store,
 		Limiter: ratelimit.New(env.Redis, env.Config.RateLimitPerHour),
 		Log:     env.Log,
-		Pages:   hosted.New(svc, sb, env.Log, time.Now),
+		Pages:   hosted.New(svc, sb.Cards(svc), env.Log, time.Now),
 		Secrets: box,
 	})
 	srv := &http.Server{

@@ -96,7 +96,7 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 		Service: svc,
 		Store:   store,
 		Limiter: ratelimit.New(testenv.Redis(t), o.ratePerHour),
-		Pages:   hosted.New(svc, sb, nil, time.Now),
+		Pages:   hosted.New(svc, sb.Cards(svc), nil, time.Now),
 		Secrets: testBox,
 	})
 	validatorOnce.Do(func() { validator, validatorErr = validate.New() })

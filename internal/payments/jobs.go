@@ -23,12 +23,17 @@ type Job struct {
 // Effects are what a change writes besides its own rows, in its transaction:
 // events for the merchant (the outbox), ledger entries (the balance follows),
 // a change to what pending refunds reserve, processor events to apply and
-// jobs to run after commit.
+// jobs to run after commit, and the processor event the change applies.
 type Effects struct {
 	Events          []Event
 	Ledger          []LedgerEntry
 	Reserve         int64 // added to the balance's reserved amount, in ReserveCurrency
 	ReserveCurrency string
 	ProcessorEvents []ProcessorEvent
-	Jobs            []Job
+	// Applied is the processor event this change applies: recorded as
+	// applied in the change's transaction (inserted when new, marked when
+	// stored). A store returns ErrEventApplied, and writes nothing, when it
+	// was applied or received before.
+	Applied *ProcessorEvent
+	Jobs    []Job
 }

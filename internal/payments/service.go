@@ -82,10 +82,14 @@ type Store interface {
 	// CloseOverdueDisputes runs fn on disputes needing a response whose
 	// evidence was due before now, and saves them with fn's effects.
 	CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(d *Dispute) Effects) (int, error)
-	// ApplyProcessorEvent locks an unapplied processor event and its
-	// payment, runs fn, inserts the dispute fn returns (if any), saves the
-	// payment with fn's effects and marks the event applied.
-	ApplyProcessorEvent(ctx context.Context, sc Scope, id string, fn func(ev ProcessorEvent, pi *PaymentIntent) (*Dispute, Effects, error)) error
+	// ProcessorEvent reads a stored processor event and whether it was
+	// applied. Codes: payment_not_found (no such event in the scope).
+	ProcessorEvent(ctx context.Context, sc Scope, id string) (ev ProcessorEvent, applied bool, err error)
+	// OpenDispute locks the payment, runs fn, inserts the dispute fn
+	// returns (if any) and saves the payment with fn's effects.
+	OpenDispute(ctx context.Context, sc Scope, paymentID string, fn func(pi *PaymentIntent) (*Dispute, Effects)) error
+	// MarkProcessorEvent marks a stored event applied with no other change.
+	MarkProcessorEvent(ctx context.Context, sc Scope, ev ProcessorEvent) error
 
 	// CreateEndpoint inserts an endpoint unless the scope has max already.
 	CreateEndpoint(ctx context.Context, sc Scope, e Endpoint, sealedSecret []byte, max int) error

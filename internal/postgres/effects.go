@@ -2,8 +2,12 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lib/pq"
 
 	"paysvc/internal/payments"
 )
@@ -36,10 +40,32 @@ func applyEffects(ctx context.Context, tx *txn, sc payments.Scope, eff payments.
 			return fmt.Errorf("insert ledger entry %s of %s: %w", e.Type, e.SourceID, err)
 		}
 	}
+	if pe := eff.Applied; pe != nil {
+		// A new event (the processor's page reported it) is inserted
+		// applied; a stored one is marked. No row back: it was applied
+		// already, and the change must not happen twice. An ExternalID
+		// received before breaks its unique index the same way.
+		const q = `INSERT INTO processor_events (id, merchant_id, livemode, type, payment_intent_id, data, external_id, processed_at, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8)
+		ON CONFLICT (id) DO UPDATE SET processed_at = now()
+		WHERE processor_events.processed_at IS NULL
+			AND processor_events.merchant_id = EXCLUDED.merchant_id AND processor_events.livemode = EXCLUDED.livemode
+		RETURNING id`
+		var id string
+		err := tx.GetContext(ctx, &id, q, pe.ID, sc.MerchantID, sc.Live, pe.Type, nullIfEmpty(pe.PaymentIntentID), jsonb(pe.Data),
+			nullIfEmpty(pe.ExternalID), pe.Created)
+		if errors.Is(err, sql.ErrNoRows) || isUniqueViolation(err, "processor_events_external_id_key") {
+			return payments.ErrEventApplied
+		}
+		if err != nil {
+			return fmt.Errorf("record processor event applied: %w", err)
+		}
+	}
 	for _, pe := range eff.ProcessorEvents {
-		const q = `INSERT INTO processor_events (id, merchant_id, livemode, type, payment_intent_id, data, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`
-		if _, err := tx.ExecContext(ctx, q, pe.ID, sc.MerchantID, sc.Live, pe.Type, nullIfEmpty(pe.PaymentIntentID), jsonb(nonNilMap(pe.Data)), pe.Created); err != nil {
+		const q = `INSERT INTO processor_events (id, merchant_id, livemode, type, payment_intent_id, data, external_id, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+		if _, err := tx.ExecContext(ctx, q, pe.ID, sc.MerchantID, sc.Live, pe.Type, nullIfEmpty(pe.PaymentIntentID), jsonb(pe.Data),
+			nullIfEmpty(pe.ExternalID), pe.Created); err != nil {
 			return fmt.Errorf("insert processor event: %w", err)
 		}
 		tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobProcessorEvent, ID: pe.ID, MerchantID: sc.MerchantID, Live: sc.Live})
@@ -135,4 +161,10 @@ func (s *Store) stranded(ctx context.Context, q string, before time.Time, limit 
 		out = append(out, payments.Job{ID: r.ID, MerchantID: r.MerchantID, Live: r.Live})
 	}
 	return out, nil
+}
+
+// isUniqueViolation reports whether err broke the unique constraint named.
+func isUniqueViolation(err error, constraint string) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && pqErr.Code == "23505" && pqErr.Constraint == constraint
 }

@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -21,12 +22,16 @@ import (
 // TestKindsComplete.
 func jobKinds(t *testing.T) map[payments.JobKind]bool {
 	t.Helper()
-	pkgs, err := parser.ParseDir(token.NewFileSet(), "../payments", nil, 0)
+	files, err := filepath.Glob("../payments/*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	kinds := map[payments.JobKind]bool{}
-	for _, f := range pkgs["payments"].Files {
+	for _, name := range files {
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			vs, ok := n.(*ast.ValueSpec)
 			if !ok {
