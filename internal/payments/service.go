@@ -83,7 +83,7 @@ type Store interface {
 	// evidence was due before now, and saves them with fn's effects.
 	CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(d *Dispute) Effects) (int, error)
 	// ProcessorEvent reads a stored processor event and whether it was
-	// applied. Codes: payment_not_found (no such event in the scope).
+	// applied; one that is not the scope's reads as applied (nothing to do).
 	ProcessorEvent(ctx context.Context, sc Scope, id string) (ev ProcessorEvent, applied bool, err error)
 	// OpenDispute locks the payment, runs fn, inserts the dispute fn
 	// returns (if any) and saves the payment with fn's effects.
