@@ -179,7 +179,7 @@ func (s *Server) idempotency(c *gin.Context) {
 	}
 	sc := scope(c)
 	hash := requestHash(c.Request.Method, c.Request.URL.Path, body)
-	ctx, rec, err := s.store.BeginIdempotent(c.Request.Context(), sc, key, hash, s.now(), idempotencyTTL, idempotencyWait)
+	ctx, rec, err := s.store.BeginIdempotent(c.Request.Context(), sc, key, hash, s.now(), idempotencyTTL, s.wait)
 	switch {
 	case errors.Is(err, payments.ErrKeyInFlight):
 		// Not a 500: nothing failed, the first request is still running,

@@ -66,6 +66,7 @@ type Server struct {
 	now     payments.Clock
 	box     *secrets.Box
 	crash   func(point string)
+	wait    time.Duration // idempotencyWait; shorter in tests
 }
 
 // New returns the API's http.Handler.
@@ -79,7 +80,7 @@ func New(d Deps) http.Handler {
 	if d.Secrets == nil {
 		panic("httpapi: Deps.Secrets is required")
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now, box: d.Secrets, crash: d.Crash}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now, box: d.Secrets, crash: d.Crash, wait: idempotencyWait}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
