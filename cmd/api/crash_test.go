@@ -20,6 +20,7 @@ import (
 	"paysvc/internal/httpapi"
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
+	"paysvc/internal/processor/sandbox"
 	"paysvc/internal/testenv"
 )
 
@@ -146,7 +147,8 @@ func post(t *testing.T, url, key, idem string, body []byte) (crashResponse, erro
 // an idempotent POST that matters — the change made but its response not
 // stored, the response stored but not committed, committed but the answer
 // not sent — restarts it and retries with the same key and body. Exactly
-// one object must exist afterwards, and the retry must be a fresh creation
+// one object must exist afterwards (a refund too, whatever its own record
+// of the key does), and the retry must be a fresh creation
 // when the process died before the commit, the replay of the committed one
 // when it died after.
 func TestIdempotencyKilledAtEachPoint(t *testing.T) {
@@ -156,11 +158,20 @@ func TestIdempotencyKilledAtEachPoint(t *testing.T) {
 	useTestEnv(t)
 	db := testenv.DB(t)
 	ctx := context.Background()
-	svc := payments.NewService(postgres.New(db), nil, time.Now)
+	svc := payments.NewService(postgres.New(db), nil, time.Now, payments.WithProcessor(sandbox.New(db, "http://sandbox.invalid")))
 	mch := newMerchant(t, db)
 	key, err := svc.CreateKey(ctx, mch, false, 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A paid payment to refund a little of at each point.
+	amount, usd := int64(10000), "usd"
+	in, err := svc.CreateIntent(ctx, payments.Scope{MerchantID: mch}, payments.IntentInput{Amount: &amount, Currency: &usd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pi, err := svc.RecordIntentOutcome(ctx, in.PaymentIntentID, sandbox.Charge(sandbox.CardSuccess)); err != nil || pi.Status != payments.IntentSucceeded {
+		t.Fatalf("pay: got %s, %v, want succeeded", pi.Status, err)
 	}
 
 	resources := []struct {
@@ -173,6 +184,7 @@ func TestIdempotencyKilledAtEachPoint(t *testing.T) {
 			`{"line_items":[{"amount":1500,"currency":"usd","name":"Mug","quantity":2}],` +
 				`"success_url":"https://shop.example/ok","cancel_url":"https://shop.example/cancel"}`},
 		{"payment intent", "/v1/payment-intents", "payment_intents", "payment_intent_id", `{"amount":2500,"currency":"usd"}`},
+		{"refund", "/v1/refunds", "refunds", "id", `{"payment_intent":"` + in.PaymentIntentID + `","amount":100}`},
 	}
 	points := []struct {
 		name      string
