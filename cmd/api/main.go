@@ -109,13 +109,13 @@ func serve(ctx context.Context) error {
 	defer closeQueue()
 	svc := payments.NewService(env.Store, blocklist, time.Now,
 		payments.WithProcessor(sb), payments.WithSessionTTL(env.Config.CheckoutSessionTTL),
-		payments.WithSecrets(box), payments.WithEndpointCheck(env.EndpointCheck()))
+		payments.WithSecrets(box), payments.WithEndpointCheck(env.EndpointCheck()), payments.WithSandboxClocks())
 	api := httpapi.New(httpapi.Deps{
 		Service: svc,
 		Store:   env.Store,
 		Limiter: ratelimit.New(env.Redis, env.Config.RateLimitPerHour),
 		Log:     env.Log,
-		Pages:   hosted.New(svc, sb, env.Log, time.Now),
+		Pages:   hosted.New(svc, sb, env.Log),
 		Secrets: box,
 	})
 	srv := &http.Server{
@@ -184,7 +184,7 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 		return err
 	}
 	defer env.Close()
-	svc := payments.NewService(env.Store, nil, time.Now)
+	svc := payments.NewService(env.Store, nil, time.Now, payments.WithSandboxClocks())
 	enc := json.NewEncoder(stdout)
 
 	switch cmd {

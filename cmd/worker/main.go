@@ -63,8 +63,8 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	svc := payments.NewService(env.Store, nil, time.Now, payments.WithSessionTTL(env.Config.CheckoutSessionTTL), payments.WithProcessor(sb))
-	(&worker.Handlers{Service: svc, Store: env.Store, Log: env.Log, Now: time.Now}).Register(mux)
+	svc := payments.NewService(env.Store, nil, time.Now, payments.WithSessionTTL(env.Config.CheckoutSessionTTL), payments.WithProcessor(sb), payments.WithSandboxClocks())
+	(&worker.Handlers{Service: svc, Store: env.Store, Log: env.Log}).Register(mux)
 	(&worker.Deliverer{
 		Store:     env.Store,
 		Sealer:    box,

@@ -31,7 +31,6 @@ type Deps struct {
 	Store   *postgres.Store // idempotency records
 	Limiter *ratelimit.Limiter
 	Log     *slog.Logger
-	Now     payments.Clock
 	Pages   *hosted.Pages // hosted checkout and sandbox pages, when served
 	Secrets *secrets.Box  // seals stored idempotent responses (they may hold a client secret)
 }
@@ -42,22 +41,22 @@ type Server struct {
 	store   *postgres.Store
 	limiter *ratelimit.Limiter
 	log     *slog.Logger
-	now     payments.Clock
+	now     func() time.Time // idempotency records' time: base time, no merchant's
 	box     *secrets.Box
 }
 
 // New returns the API's http.Handler.
 func New(d Deps) http.Handler {
-	if d.Now == nil {
-		d.Now = time.Now
-	}
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
 	if d.Secrets == nil {
 		panic("httpapi: Deps.Secrets is required")
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now, box: d.Secrets}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets}
+	if d.Service != nil {
+		s.now = d.Service.Clock().Base
+	}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

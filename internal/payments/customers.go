@@ -59,7 +59,7 @@ func (s *Service) CreateCustomer(ctx context.Context, sc Scope, in CustomerInput
 	if err := in.validate(true); err != nil {
 		return Customer{}, err
 	}
-	c := Customer{ID: NewID("cus_"), Metadata: map[string]string{}, Live: sc.Live, Created: s.now()}
+	c := Customer{ID: NewID("cus_"), Metadata: map[string]string{}, Live: sc.Live, Created: s.clock.Now(ctx, sc)}
 	in.apply(&c)
 	if err := s.store.CreateCustomer(ctx, sc, c); err != nil {
 		return Customer{}, err
@@ -91,7 +91,7 @@ func (s *Service) UpdateCustomer(ctx context.Context, sc Scope, id string, in Cu
 // DeleteCustomer deletes a customer: it answers 404 from then on.
 // Codes: customer_not_found.
 func (s *Service) DeleteCustomer(ctx context.Context, sc Scope, id string) (Deleted, error) {
-	if err := s.store.DeleteCustomer(ctx, sc, id, s.now()); err != nil {
+	if err := s.store.DeleteCustomer(ctx, sc, id, s.clock.Now(ctx, sc)); err != nil {
 		return Deleted{}, err
 	}
 	return Deleted{ID: id, Deleted: true}, nil

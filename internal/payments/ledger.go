@@ -103,7 +103,7 @@ func (s *Service) PayoutAll(ctx context.Context, sc Scope, currency string) (Mon
 	if _, err := s.store.MerchantPlan(ctx, sc.MerchantID); err != nil {
 		return Money{}, err // no such merchant
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	return s.store.Payout(ctx, sc, currency, func(b Balance) (Effects, int64) {
 		amount := b.Available()
 		if amount <= 0 {

@@ -155,7 +155,7 @@ func (s *Service) CreateProduct(ctx context.Context, sc Scope, in ProductInput) 
 	if err := s.screen(ctx, sc, map[string]*string{"name": in.Name, "description": in.Description}); err != nil {
 		return Product{}, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	p := Product{ID: NewID("prod_"), Active: true, Images: []string{}, Metadata: map[string]string{}, Live: sc.Live, Created: now}
 	in.apply(&p, now)
 	if err := s.store.CreateProduct(ctx, sc, p); err != nil {
@@ -183,8 +183,9 @@ func (s *Service) UpdateProduct(ctx context.Context, sc Scope, id string, in Pro
 	if err := s.screen(ctx, sc, map[string]*string{"name": in.Name, "description": in.Description}); err != nil {
 		return Product{}, err
 	}
+	now := s.clock.Now(ctx, sc)
 	return s.store.UpdateProduct(ctx, sc, id, func(p *Product) error {
-		in.apply(p, s.now())
+		in.apply(p, now)
 		return checkMetadata(p.Metadata) // the merge may have grown it
 	})
 }

@@ -128,7 +128,7 @@ func (s *Service) CreateRefund(ctx context.Context, sc Scope, in RefundInput) (R
 	if err != nil {
 		return Refund{}, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	ref.KeySince = now.Add(-IdempotencyTTL)
 	return s.store.CreateRefund(ctx, sc, ref, func(pi PaymentIntent) (Refund, []Job, error) {
 		if pi.DisputeID != nil {
@@ -198,7 +198,7 @@ func (s *Service) ExecuteRefund(ctx context.Context, sc Scope, id string) (Refun
 	case err != nil:
 		return r, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	return s.store.FinishRefund(ctx, sc, id, func(r *Refund, pi *PaymentIntent) (Effects, error) {
 		if r.Status != RefundPending {
 			return Effects{}, nil // finished by a run that raced this one

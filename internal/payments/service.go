@@ -18,7 +18,10 @@ type Store interface {
 	UnsuspendMerchant(ctx context.Context, id string, now time.Time) (Merchant, error)
 	CreateKey(ctx context.Context, k APIKey, hash []byte, check func(KeyCounts) error) error
 	RevokeKey(ctx context.Context, id string, now time.Time) (APIKey, error)
+	// KeyByHash reads a key with its merchant's suspension and the offset
+	// of its scope's sandbox clock.
 	KeyByHash(ctx context.Context, hash []byte) (KeyAuth, error)
+	ClockOffsets
 	// RecordViolation stores a content violation and suspends the merchant
 	// when, counting it, at least threshold happened since `since`.
 	RecordViolation(ctx context.Context, sc Scope, field string, now, since time.Time, threshold int) (suspended bool, err error)
@@ -46,8 +49,10 @@ type Store interface {
 	// PayCheckout locks the session and its payment (zero when it has none
 	// yet), runs fn and saves both with fn's events, in one transaction.
 	PayCheckout(ctx context.Context, sessionID string, fn func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) (Effects, error)) (CheckoutSession, error)
-	// ExpireSessions closes open sessions whose expiry is before now.
-	ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(*CheckoutSession) []Event) (int, error)
+	// ExpireSessions runs fn on open sessions whose expiry has come on
+	// their scope's clock (now, the clock's base, plus the scope's sandbox
+	// offset), passing fn that time, and saves them with fn's events.
+	ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(cs *CheckoutSession, now time.Time) []Event) (int, error)
 
 	CreateIntent(ctx context.Context, sc Scope, pi PaymentIntent) error
 	// UpdateIntentByID locks a payment found by id alone (the sandbox's
@@ -80,8 +85,10 @@ type Store interface {
 	// and saves it with fn's effects.
 	RecordEvidenceSent(ctx context.Context, sc Scope, id string, fn func(d *Dispute) Effects) (Dispute, error)
 	// CloseOverdueDisputes runs fn on disputes needing a response whose
-	// evidence was due before now, and saves them with fn's effects.
-	CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(d *Dispute) Effects) (int, error)
+	// evidence was due before their scope's time (now, the clock's base,
+	// plus the scope's sandbox offset), passing fn that time, and saves them
+	// with fn's effects.
+	CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(d *Dispute, now time.Time) Effects) (int, error)
 	// ApplyProcessorEvent locks an unapplied processor event and its
 	// payment, runs fn, inserts the dispute fn returns (if any), saves the
 	// payment with fn's effects and marks the event applied.
@@ -98,7 +105,7 @@ type Store interface {
 type Service struct {
 	store      Store
 	blocklist  *Blocklist
-	now        Clock
+	clock      *Clock
 	proc       processor.Processor
 	sessionTTL time.Duration
 	sealer     Sealer
@@ -116,17 +123,27 @@ func WithProcessor(p processor.Processor) Option { return func(s *Service) { s.p
 // WithSessionTTL sets how long checkout sessions stay open (default 24h).
 func WithSessionTTL(d time.Duration) Option { return func(s *Service) { s.sessionTTL = d } }
 
+// WithSandboxClocks gives every merchant and mode its own clock, real time
+// plus the offset the store keeps for it (see Clock); for the sandbox
+// processor only.
+func WithSandboxClocks() Option { return func(s *Service) { s.clock.offsets = s.store } }
+
 // NewService returns a Service on store, screening content with blocklist.
-func NewService(store Store, blocklist *Blocklist, now Clock, opts ...Option) *Service {
-	if now == nil {
-		now = time.Now
-	}
-	s := &Service{store: store, blocklist: blocklist, now: now, sessionTTL: 24 * time.Hour, auth: &authCache{ttl: time.Second}}
+// base is the time of its Clock (time.Now when nil; tests inject theirs).
+func NewService(store Store, blocklist *Blocklist, base func() time.Time, opts ...Option) *Service {
+	s := &Service{store: store, blocklist: blocklist, clock: NewClock(base, nil), sessionTTL: 24 * time.Hour, auth: &authCache{ttl: time.Second}}
 	for _, o := range opts {
 		o(s)
 	}
 	return s
 }
+
+// Clock returns the Service's clock, for the hosted pages, the worker and
+// the scheduler: one clock per process.
+func (s *Service) Clock() *Clock { return s.clock }
+
+// Now returns the scope's time on the Service's clock.
+func (s *Service) Now(ctx context.Context, sc Scope) time.Time { return s.clock.Now(ctx, sc) }
 
 // ListParams are the cursor parameters of a paged list.
 type ListParams struct {

@@ -61,6 +61,7 @@ type ShippingDetails struct {
 
 // CheckoutSession is a hosted checkout session.
 type CheckoutSession struct {
+	MerchantID               string // with Live, the session's Scope
 	ID                       string
 	Live                     bool
 	Status                   string
@@ -90,6 +91,9 @@ type CheckoutSession struct {
 	MerchantName             string // for the hosted page; set by SessionForCheckout
 	MerchantPlan             Plan
 }
+
+// Scope returns the scope the session belongs to.
+func (cs CheckoutSession) Scope() Scope { return Scope{MerchantID: cs.MerchantID, Live: cs.Live} }
 
 // LineItemInput is a line of a session create body: price_id, or amount +
 // currency + name; quantity always.
@@ -214,9 +218,9 @@ func (s *Service) CreateSession(ctx context.Context, sc Scope, in SessionInput) 
 	if err := in.validate(); err != nil {
 		return CheckoutSession{}, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	cs := CheckoutSession{
-		ID: NewID("cs_"), Live: sc.Live, Status: SessionOpen, PaymentStatus: PaymentUnpaid,
+		MerchantID: sc.MerchantID, ID: NewID("cs_"), Live: sc.Live, Status: SessionOpen, PaymentStatus: PaymentUnpaid,
 		SuccessURL: *in.SuccessURL, CancelURL: *in.CancelURL, CustomerEmail: in.CustomerEmail,
 		PassFees: in.PassFeesToCustomer != nil && *in.PassFeesToCustomer, BillingAddressCollection: in.BillingAddressCollection,
 		CollectShipping:   in.CollectShippingAddress != nil && *in.CollectShippingAddress,
@@ -320,7 +324,7 @@ func (e ErrSessionClosed) Error() string { return "checkout session is " + e.Sta
 // expired) is left alone: ErrSessionClosed. A customer is charged once.
 func (s *Service) RecordCheckoutPayment(ctx context.Context, sessionID string, p CheckoutPayment) (CheckoutSession, error) {
 	return s.store.PayCheckout(ctx, sessionID, func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) (Effects, error) {
-		now := s.now()
+		now := s.clock.Now(ctx, sc)
 		if cs.Status == SessionOpen && !now.Before(cs.ExpiresAt) {
 			return Effects{}, ErrSessionClosed{Status: SessionExpired} // the sweep will mark it
 		}
@@ -375,8 +379,7 @@ func (s *Service) SessionForCheckout(ctx context.Context, id string) (CheckoutSe
 // ExpireSessions closes open sessions past their expiry, at most limit at a
 // time, each with checkout.session.expired; it returns how many it closed.
 func (s *Service) ExpireSessions(ctx context.Context, limit int) (int, error) {
-	now := s.now()
-	return s.store.ExpireSessions(ctx, now, limit, func(cs *CheckoutSession) []Event {
+	return s.store.ExpireSessions(ctx, s.clock.Base(), limit, func(cs *CheckoutSession, now time.Time) []Event {
 		cs.Status = SessionExpired
 		return []Event{newEvent(EventSessionExpired, cs.Object(), now)}
 	})
