@@ -151,10 +151,7 @@ func (p *Pages) view(cs payments.CheckoutSession, f checkoutForm, errs map[strin
 	}
 	// The page has no script, so each option states the total it leads to.
 	for _, o := range cs.ShippingOptions {
-		total := cs.AmountSubtotal + o.Amount
-		if cs.PassFees {
-			total = payments.GrossUp(cs.MerchantPlan, cs.Currency, total)
-		}
+		total := cs.TotalWith(cs.MerchantPlan, o.Amount)
 		v.Options = append(v.Options, optionView{Label: o.Label, Amount: formatMoney(o.Amount, cs.Currency), Total: formatMoney(total, cs.Currency)})
 	}
 	if f.Email == "" && cs.CustomerEmail != nil {
@@ -188,11 +185,7 @@ func (p *Pages) session(c *gin.Context) (payments.CheckoutSession, bool) {
 		}
 		return cs, false
 	}
-	status := cs.Status
-	if status == payments.SessionOpen && !p.svc.Now(c.Request.Context(), cs.Scope()).Before(cs.ExpiresAt) {
-		status = payments.SessionExpired
-	}
-	if status != payments.SessionOpen {
+	if status := cs.StatusAt(p.svc.Now(c.Request.Context(), cs.Scope())); status != payments.SessionOpen {
 		p.message(c, http.StatusGone, closedMessage(status, cs))
 		return cs, false
 	}
