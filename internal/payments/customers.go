@@ -16,6 +16,25 @@ type Customer struct {
 	Created  time.Time
 }
 
+// CustomerObject is a customer as the API returns it.
+type CustomerObject struct {
+	ID       string            `json:"id"`
+	Email    *string           `json:"email"`
+	Name     *string           `json:"name"`
+	Phone    *string           `json:"phone"`
+	Metadata map[string]string `json:"metadata"`
+	Livemode bool              `json:"livemode"`
+	Created  int64             `json:"created"`
+}
+
+// Object returns the customer's API shape.
+func (c Customer) Object() CustomerObject {
+	return CustomerObject{
+		ID: c.ID, Email: c.Email, Name: c.Name, Phone: c.Phone, Metadata: nonNilMap(c.Metadata),
+		Livemode: c.Live, Created: c.Created.Unix(),
+	}
+}
+
 // CustomerInput is the body of a customer create or update; nil means not given.
 type CustomerInput struct {
 	Email    *string       `json:"email"`

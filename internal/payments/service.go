@@ -163,6 +163,22 @@ type Page[T any] struct {
 	HasMore bool
 }
 
+// List is a page as the API returns it: the List shape of the spec.
+type List[T any] struct {
+	Data    []T  `json:"data"`
+	HasMore bool `json:"has_more"`
+}
+
+// ListOf returns the API shape of a page, each item converted by object
+// (an Object method: payments.Customer.Object).
+func ListOf[S, T any](p Page[S], object func(S) T) List[T] {
+	out := List[T]{Data: make([]T, 0, len(p.Data)), HasMore: p.HasMore}
+	for _, item := range p.Data {
+		out.Data = append(out.Data, object(item))
+	}
+	return out
+}
+
 // Deleted is the answer to a delete.
 type Deleted struct {
 	ID      string `json:"id"`
