@@ -101,9 +101,9 @@ func (s *Service) UpdateCustomer(ctx context.Context, sc Scope, id string, in Cu
 	if err := in.validate(false); err != nil {
 		return Customer{}, err
 	}
-	return s.store.UpdateCustomer(ctx, sc, id, func(c *Customer) error {
+	return s.store.UpdateCustomer(ctx, sc, id, func(c *Customer) (Effects, error) {
 		in.apply(c)
-		return checkMetadata(c.Metadata)
+		return Effects{}, checkMetadata(c.Metadata)
 	})
 }
 

@@ -224,14 +224,14 @@ func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Disput
 		return d, err
 	}
 	now := s.clock.Now(ctx, sc)
-	return s.store.RecordEvidenceSent(ctx, sc, id, func(d *Dispute) Effects {
+	return s.store.RecordEvidenceSent(ctx, sc, id, func(d *Dispute) (Effects, error) {
 		if d.Status != DisputeUnderReview {
-			return Effects{}
+			return Effects{}, nil
 		}
 		if decision.Status != DisputeWon && decision.Status != DisputeLost {
-			return Effects{} // still under review
+			return Effects{}, nil // still under review
 		}
-		return d.close(decision.Status, now)
+		return d.close(decision.Status, now), nil
 	})
 }
 
@@ -239,7 +239,7 @@ func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Disput
 // their evidence_due_by as lost, as card networks do, each with
 // charge.dispute.closed; at most limit at a time. It returns how many.
 func (s *Service) CloseOverdueDisputes(ctx context.Context, limit int) (int, error) {
-	return s.store.CloseOverdueDisputes(ctx, s.clock.Base(), limit, func(d *Dispute, now time.Time) Effects {
-		return d.close(DisputeLost, now)
+	return s.store.CloseOverdueDisputes(ctx, s.clock.Base(), limit, func(d *Dispute, now time.Time) (Effects, error) {
+		return d.close(DisputeLost, now), nil
 	})
 }

@@ -226,18 +226,18 @@ func (s *Service) UpdateProduct(ctx context.Context, sc Scope, id string, in Pro
 		return Product{}, err
 	}
 	now := s.clock.Now(ctx, sc)
-	return s.store.UpdateProduct(ctx, sc, id, func(p *Product) error {
+	return s.store.UpdateProduct(ctx, sc, id, func(p *Product) (Effects, error) {
 		in.apply(p, now)
-		return checkMetadata(p.Metadata) // the merge may have grown it
+		return Effects{}, checkMetadata(p.Metadata) // the merge may have grown it
 	})
 }
 
 // ArchiveProduct is DELETE: the product stays readable with active false and
 // can no longer be sold. Codes: product_not_found.
 func (s *Service) ArchiveProduct(ctx context.Context, sc Scope, id string) (Deleted, error) {
-	_, err := s.store.UpdateProduct(ctx, sc, id, func(p *Product) error {
+	_, err := s.store.UpdateProduct(ctx, sc, id, func(p *Product) (Effects, error) {
 		p.Active = false
-		return nil
+		return Effects{}, nil
 	})
 	if err != nil {
 		return Deleted{}, err

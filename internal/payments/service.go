@@ -29,14 +29,15 @@ type Store interface {
 	CreateProduct(ctx context.Context, sc Scope, p Product) error
 	Product(ctx context.Context, sc Scope, id string) (Product, error)
 	Products(ctx context.Context, sc Scope, lp ListParams) (Page[Product], error)
-	// UpdateProduct runs fn on the locked product and saves it; a DefaultPrice
-	// with a new id is inserted as a new price.
-	UpdateProduct(ctx context.Context, sc Scope, id string, fn func(*Product) error) (Product, error)
+	// UpdateProduct runs fn on the locked product and saves it with fn's
+	// effects; a DefaultPrice with a new id is inserted as a new price.
+	UpdateProduct(ctx context.Context, sc Scope, id string, fn func(*Product) (Effects, error)) (Product, error)
 
 	CreateCustomer(ctx context.Context, sc Scope, c Customer) error
 	Customer(ctx context.Context, sc Scope, id string) (Customer, error)
 	Customers(ctx context.Context, sc Scope, lp ListParams) (Page[Customer], error)
-	UpdateCustomer(ctx context.Context, sc Scope, id string, fn func(*Customer) error) (Customer, error)
+	// UpdateCustomer runs fn on the locked customer and saves it with fn's effects.
+	UpdateCustomer(ctx context.Context, sc Scope, id string, fn func(*Customer) (Effects, error)) (Customer, error)
 	DeleteCustomer(ctx context.Context, sc Scope, id string, now time.Time) error
 
 	MerchantPlan(ctx context.Context, merchantID string) (Plan, error)
@@ -52,7 +53,7 @@ type Store interface {
 	// ExpireSessions runs fn on open sessions whose expiry has come on
 	// their scope's clock (now, the clock's base, plus the scope's sandbox
 	// offset), passing fn that time, and saves them with fn's events.
-	ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(cs *CheckoutSession, now time.Time) []Event) (int, error)
+	ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(cs *CheckoutSession, now time.Time) (Effects, error)) (int, error)
 
 	CreateIntent(ctx context.Context, sc Scope, pi PaymentIntent) error
 	// UpdateIntentByID locks a payment found by id alone (the sandbox's
@@ -64,18 +65,20 @@ type Store interface {
 
 	// CreateRefund locks the payment ref names (payment_not_found unless it
 	// is the scope's and succeeded), runs fn, and inserts the refund fn
-	// returns with its amount reserved from the balance of its currency:
+	// fills in, with fn's effects and its amount reserved from the balance
+	// of its currency:
 	// insufficient_balance when the available amount cannot cover it,
 	// balance_verification_failed when the balance cannot be read. A refund
 	// already made under ref.IdempotencyKey is returned instead.
-	CreateRefund(ctx context.Context, sc Scope, ref PaymentRef, fn func(pi PaymentIntent) (Refund, []Job, error)) (Refund, error)
+	CreateRefund(ctx context.Context, sc Scope, ref PaymentRef, fn func(pi PaymentIntent, r *Refund) (Effects, error)) (Refund, error)
 	Refund(ctx context.Context, sc Scope, id string) (Refund, error)
 	// FinishRefund locks the refund and its payment, runs fn and saves both
 	// with fn's effects.
 	FinishRefund(ctx context.Context, sc Scope, id string, fn func(r *Refund, pi *PaymentIntent) (Effects, error)) (Refund, error)
 	// Payout locks the balance of currency (the scope's only one when
-	// empty), runs fn and writes its effects; fn returns the amount paid.
-	Payout(ctx context.Context, sc Scope, currency string, fn func(Balance) (Effects, int64)) (Money, error)
+	// empty), runs fn and writes its effects; it returns what fn's ledger
+	// entries take out of the balance.
+	Payout(ctx context.Context, sc Scope, currency string, fn func(Balance) (Effects, error)) (Money, error)
 	Balances(ctx context.Context, sc Scope) ([]Balance, error)
 
 	Dispute(ctx context.Context, sc Scope, id string) (Dispute, error)
@@ -83,12 +86,12 @@ type Store interface {
 	UpdateDispute(ctx context.Context, sc Scope, id string, fn func(d *Dispute) (Effects, error)) (Dispute, error)
 	// RecordEvidenceSent locks the dispute, marks its evidence sent, runs fn
 	// and saves it with fn's effects.
-	RecordEvidenceSent(ctx context.Context, sc Scope, id string, fn func(d *Dispute) Effects) (Dispute, error)
+	RecordEvidenceSent(ctx context.Context, sc Scope, id string, fn func(d *Dispute) (Effects, error)) (Dispute, error)
 	// CloseOverdueDisputes runs fn on disputes needing a response whose
 	// evidence was due before their scope's time (now, the clock's base,
 	// plus the scope's sandbox offset), passing fn that time, and saves them
 	// with fn's effects.
-	CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(d *Dispute, now time.Time) Effects) (int, error)
+	CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(d *Dispute, now time.Time) (Effects, error)) (int, error)
 	// ApplyProcessorEvent locks an unapplied processor event and its
 	// payment, runs fn, inserts the dispute fn returns (if any), saves the
 	// payment with fn's effects and marks the event applied.

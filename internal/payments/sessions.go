@@ -394,8 +394,8 @@ func (s *Service) SessionForCheckout(ctx context.Context, id string) (CheckoutSe
 // ExpireSessions closes open sessions past their expiry, at most limit at a
 // time, each with checkout.session.expired; it returns how many it closed.
 func (s *Service) ExpireSessions(ctx context.Context, limit int) (int, error) {
-	return s.store.ExpireSessions(ctx, s.clock.Base(), limit, func(cs *CheckoutSession, now time.Time) []Event {
+	return s.store.ExpireSessions(ctx, s.clock.Base(), limit, func(cs *CheckoutSession, now time.Time) (Effects, error) {
 		cs.Status = SessionExpired
-		return []Event{newEvent(EventSessionExpired, cs.Object(), now)}
+		return Effects{Events: []Event{newEvent(EventSessionExpired, cs.Object(), now)}}, nil
 	})
 }

@@ -105,14 +105,17 @@ func (s *Store) UpdateDispute(ctx context.Context, sc payments.Scope, id string,
 // RecordEvidenceSent locks the dispute, marks its evidence as sent to the
 // processor, runs fn (which applies the processor's decision) and saves it
 // with fn's effects.
-func (s *Store) RecordEvidenceSent(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Dispute) payments.Effects) (payments.Dispute, error) {
+func (s *Store) RecordEvidenceSent(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Dispute) (payments.Effects, error)) (payments.Dispute, error) {
 	var d payments.Dispute
 	err := s.inTx(ctx, func(tx *txn) error {
 		var err error
 		if d, err = dispute(ctx, tx, sc, id, " FOR UPDATE"); err != nil {
 			return err
 		}
-		eff := fn(&d)
+		eff, err := fn(&d)
+		if err != nil {
+			return err
+		}
 		if err := saveDispute(ctx, tx, sc, d); err != nil {
 			return err
 		}
@@ -189,7 +192,7 @@ func (s *Store) ApplyProcessorEvent(ctx context.Context, sc payments.Scope, id s
 // effects. SKIP LOCKED passes over a dispute whose evidence a merchant is
 // posting right now. Two queries for the index's sake, as ExpireSessions:
 // disputes overdue at base time, then those overdue only on a moved clock.
-func (s *Store) CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(*payments.Dispute, time.Time) payments.Effects) (int, error) {
+func (s *Store) CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(*payments.Dispute, time.Time) (payments.Effects, error)) (int, error) {
 	const due = `SELECT ` + disputeCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
 		WHERE c.merchant_id = disputes.merchant_id AND c.livemode = disputes.livemode), 0) AS offset_us
 	FROM disputes WHERE status = 'needs_response' AND evidence_due_by < $1
@@ -219,7 +222,10 @@ func (s *Store) CloseOverdueDisputes(ctx context.Context, now time.Time, limit i
 				return err
 			}
 			sc := payments.Scope{MerchantID: r.MerchantID, Live: r.Live}
-			eff := fn(&d, now.Add(time.Duration(r.OffsetUS)*time.Microsecond))
+			eff, err := fn(&d, now.Add(time.Duration(r.OffsetUS)*time.Microsecond))
+			if err != nil {
+				return err
+			}
 			if err := saveDispute(ctx, tx, sc, d); err != nil {
 				return err
 			}

@@ -251,7 +251,7 @@ func (s *Store) PayCheckout(ctx context.Context, sessionID string, fn func(payme
 // query comparing every row with its own clock (expires_at <= $1 + offset)
 // could not bound its index scan and would read every open session of
 // every merchant on each minute's sweep.
-func (s *Store) ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(*payments.CheckoutSession, time.Time) []payments.Event) (int, error) {
+func (s *Store) ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(*payments.CheckoutSession, time.Time) (payments.Effects, error)) (int, error) {
 	const due = `SELECT ` + sessionCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
 		WHERE c.merchant_id = checkout_sessions.merchant_id AND c.livemode = checkout_sessions.livemode), 0) AS offset_us
 	FROM checkout_sessions WHERE status = 'open' AND expires_at <= $1
@@ -280,11 +280,14 @@ func (s *Store) ExpireSessions(ctx context.Context, now time.Time, limit int, fn
 			if err != nil {
 				return err
 			}
-			events := fn(&cs, now.Add(time.Duration(r.OffsetUS)*time.Microsecond))
+			eff, err := fn(&cs, now.Add(time.Duration(r.OffsetUS)*time.Microsecond))
+			if err != nil {
+				return err
+			}
 			if err := updateSession(ctx, tx, r.scope(), cs); err != nil {
 				return err
 			}
-			if err := insertEvents(ctx, tx, r.scope(), events); err != nil {
+			if err := applyEffects(ctx, tx, r.scope(), eff); err != nil {
 				return err
 			}
 			n++
