@@ -34,6 +34,11 @@ const usage = `usage:
   api key revoke --id KEY_ID
   api sandbox payout --merchant ID --mode test|live [--currency CUR]`
 
+// crashHook is nil in the real binary; the crash tests of this package set
+// it in the API process they run, to kill it at a point of an idempotent
+// request (httpapi.Deps.Crash).
+var crashHook func(point string)
+
 // exitLimit is the exit status when a key-creation limit refuses a key.
 const exitLimit = 3
 
@@ -105,6 +110,7 @@ func serve(ctx context.Context) error {
 		Log:     env.Log,
 		Pages:   hosted.New(d.Service, d.Sandbox, env.Log),
 		Secrets: d.Secrets,
+		Crash:   crashHook,
 	})
 	srv := &http.Server{
 		Addr:              env.Config.APIAddr,
