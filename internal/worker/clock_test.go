@@ -128,3 +128,83 @@ func TestSandboxClockExpiresOnlyItsScope(t *testing.T) {
 		t.Errorf("moving a clock back: got %v, want %s", err, payments.ValidationError)
 	}
 }
+
+// The overdue-dispute sweep, too, closes only the disputes overdue on their
+// own scope's clock.
+func TestSandboxClockClosesOnlyItsOverdueDisputes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	store := postgres.New(db)
+	svc := payments.NewService(store, nil, time.Now,
+		payments.WithProcessor(sandbox.New(db, "http://checkout.test")), payments.WithSandboxClocks())
+	m, err := svc.CreateMerchant(ctx, "Clock disputes", "", payments.PlanFree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, other := payments.Scope{MerchantID: m.ID}, payments.Scope{MerchantID: m.ID, Live: true}
+	// processorEvent pays with the dispute card and returns the processor
+	// event (dispute created) left for the worker.
+	processorEvent := func(sc payments.Scope) (pev, pi string) {
+		t.Helper()
+		amount, cur := int64(2000), "usd"
+		created, err := svc.CreateIntent(ctx, sc, payments.IntentInput{Amount: &amount, Currency: &cur})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.RecordIntentOutcome(ctx, created.PaymentIntentID, sandbox.Charge(sandbox.CardDispute)); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Get(&pev, `SELECT id FROM processor_events WHERE payment_intent_id = $1`, created.PaymentIntentID); err != nil {
+			t.Fatal(err)
+		}
+		return pev, created.PaymentIntentID
+	}
+	dispute := func(sc payments.Scope) string {
+		t.Helper()
+		pev, pi := processorEvent(sc)
+		if err := svc.ApplyProcessorEvent(ctx, sc, pev); err != nil {
+			t.Fatal(err)
+		}
+		var id string
+		if err := db.Get(&id, `SELECT id FROM disputes WHERE payment_intent_id = $1`, pi); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	disputes := map[payments.Scope]string{moved: dispute(moved), other: dispute(other)}
+	waiting := map[payments.Scope]string{}
+	for _, sc := range []payments.Scope{moved, other} {
+		waiting[sc], _ = processorEvent(sc)
+	}
+	if _, err := store.AdvanceClock(ctx, moved, payments.DisputeResponseWindow+time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	// The relay, too, reads each row's age on its own clock: the moved
+	// scope's unapplied event has waited a week there, the other's a moment.
+	jobs, err := store.StrandedJobs(ctx, time.Now().Add(-time.Minute), 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranded := map[string]bool{}
+	for _, j := range jobs {
+		stranded[j.ID] = true
+	}
+	if !stranded[waiting[moved]] || stranded[waiting[other]] {
+		t.Errorf("stranded processor events: moved scope's %v, other's %v; want true, false", stranded[waiting[moved]], stranded[waiting[other]])
+	}
+
+	if _, err := svc.CloseOverdueDisputes(ctx, 500); err != nil {
+		t.Fatal(err)
+	}
+	for sc, want := range map[payments.Scope]string{moved: payments.DisputeLost, other: payments.DisputeNeedsResponse} {
+		d, err := svc.Dispute(ctx, sc, disputes[sc])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Status != want {
+			t.Errorf("dispute of %+v: got %q, want %q", sc, d.Status, want)
+		}
+	}
+}
