@@ -137,7 +137,7 @@ func (s *Service) UpdateEvidence(ctx context.Context, sc Scope, id string, in Ev
 	if err := in.validate(); err != nil {
 		return Dispute{}, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	return s.store.UpdateDispute(ctx, sc, id, func(d *Dispute) (Effects, error) {
 		if d.SubmittedAt != nil || d.Status != DisputeNeedsResponse {
 			return Effects{}, Errorf(ValidationError, "Evidence for dispute %s has already been submitted and can no longer change.", d.ID)
@@ -170,9 +170,11 @@ func (s *Service) applyDisputeCreated(ctx context.Context, a *application) error
 	if a.sc == nil {
 		return Errorf(ValidationError, "dispute.created is applied by a worker") // never reported to a waiting page
 	}
-	return s.store.OpenDispute(ctx, *a.sc, a.ev.PaymentIntentID, func(pi *PaymentIntent) (*Dispute, Effects) {
-		d, eff := openDispute(*a.sc, a.ev, pi, a.now)
-		return d, a.effects(eff, pi.ID)
+	sc := *a.sc
+	now := s.clock.Now(ctx, sc)
+	return s.store.OpenDispute(ctx, sc, a.ev.PaymentIntentID, func(pi *PaymentIntent) (*Dispute, Effects) {
+		d, eff := openDispute(sc, a.ev, pi, now)
+		return d, a.effects(eff, pi.ID, now)
 	})
 }
 
@@ -223,15 +225,15 @@ func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Disput
 	if err != nil {
 		return d, err
 	}
-	now := s.now()
-	return s.store.RecordEvidenceSent(ctx, sc, id, func(d *Dispute) Effects {
+	now := s.clock.Now(ctx, sc)
+	return s.store.RecordEvidenceSent(ctx, sc, id, func(d *Dispute) (Effects, error) {
 		if d.Status != DisputeUnderReview {
-			return Effects{}
+			return Effects{}, nil
 		}
 		if decision.Status != DisputeWon && decision.Status != DisputeLost {
-			return Effects{} // still under review
+			return Effects{}, nil // still under review
 		}
-		return d.close(decision.Status, now)
+		return d.close(decision.Status, now), nil
 	})
 }
 
@@ -239,8 +241,7 @@ func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Disput
 // their evidence_due_by as lost, as card networks do, each with
 // charge.dispute.closed; at most limit at a time. It returns how many.
 func (s *Service) CloseOverdueDisputes(ctx context.Context, limit int) (int, error) {
-	now := s.now()
-	return s.store.CloseOverdueDisputes(ctx, now, limit, func(d *Dispute) Effects {
-		return d.close(DisputeLost, now)
+	return s.store.CloseOverdueDisputes(ctx, s.clock.Base(), limit, func(d *Dispute, now time.Time) (Effects, error) {
+		return d.close(DisputeLost, now), nil
 	})
 }

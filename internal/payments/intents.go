@@ -100,7 +100,7 @@ func (s *Service) CreateIntent(ctx context.Context, sc Scope, in IntentInput) (I
 	if err != nil {
 		return IntentCreated{}, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	pi := PaymentIntent{
 		ID: NewID("pi_"), Live: sc.Live, Amount: *in.Amount, Currency: cur, Status: IntentRequiresPaymentMethod,
 		CustomerEmail: in.CustomerEmail, Description: in.Description, Metadata: mergeMetadata(nil, in.Metadata),
@@ -187,14 +187,14 @@ func (s *Service) applyCharge(ctx context.Context, a *application, succeeded boo
 		if pi.Status == IntentSucceeded {
 			return Effects{}, ErrAlreadyPaid
 		}
-		now := a.now
+		now := s.clock.Now(ctx, sc)
 		if !succeeded {
 			pi.decline(a.ev.Data.DeclineCode, a.ev.Data.CardLast4)
-			return a.effects(Effects{Events: []Event{newEvent(EventPaymentFailed, pi.Object(), now)}}, pi.ID), nil
+			return a.effects(Effects{Events: []Event{newEvent(EventPaymentFailed, pi.Object(), now)}}, pi.ID, now), nil
 		}
 		eff := pi.succeed(plan, a.ev.Data.CardLast4, now)
 		eff.Events = []Event{newEvent(EventPaymentSucceeded, pi.Object(), now)}
-		return a.effects(eff, pi.ID), nil
+		return a.effects(eff, pi.ID, now), nil
 	})
 	return err
 }

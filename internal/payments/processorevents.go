@@ -69,21 +69,24 @@ type application struct {
 	// when the processor's page reports it, and the object's scope is used.
 	sc    *Scope
 	later []ProcessorEvent
-	now   time.Time
 }
 
 // effects adds to a change's effects what applying the event writes: the
 // event, marked applied, and the later events (about the same payment
-// unless they name one), stored for the worker.
-func (a *application) effects(eff Effects, paymentID string) Effects {
+// unless they name one), stored for the worker. now is the time of the
+// change's scope: events not dated by the processor are dated with it.
+func (a *application) effects(eff Effects, paymentID string, now time.Time) Effects {
 	ev := a.ev
+	if ev.Created.IsZero() {
+		ev.Created = now
+	}
 	eff.Applied = &ev
 	for _, l := range a.later {
 		if l.PaymentIntentID == "" {
 			l.PaymentIntentID = paymentID
 		}
 		if l.Created.IsZero() {
-			l.Created = a.now
+			l.Created = now
 		}
 		eff.ProcessorEvents = append(eff.ProcessorEvents, l)
 	}
@@ -126,19 +129,15 @@ func (s *Service) apply(ctx context.Context, a *application) error {
 // ErrAlreadyPaid, payment_not_found …) leave nothing recorded. An event whose
 // ExternalID was received before is a no-op.
 func (s *Service) RecordProcessorEvent(ctx context.Context, ev ProcessorEvent, later ...ProcessorEvent) error {
-	now := s.now()
 	if ev.ID == "" {
 		ev.ID = NewID("pev_")
-	}
-	if ev.Created.IsZero() {
-		ev.Created = now
 	}
 	for i := range later {
 		if later[i].ID == "" {
 			later[i].ID = NewID("pev_")
 		}
 	}
-	return s.apply(ctx, &application{ev: ev, later: later, now: now})
+	return s.apply(ctx, &application{ev: ev, later: later})
 }
 
 // ApplyProcessorEvent applies a stored processor event once; an event
@@ -148,7 +147,7 @@ func (s *Service) ApplyProcessorEvent(ctx context.Context, sc Scope, id string) 
 	if err != nil || applied {
 		return err
 	}
-	return s.apply(ctx, &application{ev: ev, sc: &sc, now: s.now()})
+	return s.apply(ctx, &application{ev: ev, sc: &sc})
 }
 
 // applyUnknown marks a stored event of a type this version does not act on
