@@ -223,10 +223,10 @@ func (s *Subscription) RenewalFailed(exhausted bool) {
 
 // SubscriptionItemObject is an item as the API returns it.
 type SubscriptionItemObject struct {
-	ID       string              `json:"id"`
-	Object   string              `json:"object"`
+	ID       string               `json:"id"`
+	Object   string               `json:"object"`
 	Price    RecurringPriceObject `json:"price"`
-	Quantity int                 `json:"quantity"`
+	Quantity int                  `json:"quantity"`
 }
 
 // RecurringPriceObject is a recurring price as the API returns it. Interval
