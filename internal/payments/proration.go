@@ -45,8 +45,8 @@ type ProrationLine struct {
 	Quantity    int       `json:"quantity"`
 	UnitAmount  int64     `json:"unit_amount"`
 	Amount      int64     `json:"amount"`
-	From        time.Time `json:"-"`
-	To          time.Time `json:"-"`
+	From        time.Time `json:"from"`
+	To          time.Time `json:"to"`
 }
 
 // ProrationLines prices a quantity change from oldQty to newQty of a price of
@@ -113,9 +113,9 @@ type QuantityChange struct {
 	OldQuantity    int               `json:"old_quantity"`
 	NewQuantity    int               `json:"new_quantity"`
 	Behavior       ProrationBehavior `json:"proration_behavior"`
-	ProrationDate  time.Time         `json:"-"`
-	PeriodStart    time.Time         `json:"-"`
-	PeriodEnd      time.Time         `json:"-"`
+	ProrationDate  time.Time         `json:"proration_date"`
+	PeriodStart    time.Time         `json:"period_start"`
+	PeriodEnd      time.Time         `json:"period_end"`
 	Currency       string            `json:"currency"`
 	Lines          []ProrationLine   `json:"lines"`
 	// Proration is the sum of Lines (negative: a net credit).
