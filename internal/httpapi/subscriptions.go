@@ -27,5 +27,5 @@ func (s *Server) listSubscriptionProducts(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return listOut(page, payments.SubscriptionProduct.Object), nil
+	return payments.ListOf(page, payments.SubscriptionProduct.Object), nil
 }

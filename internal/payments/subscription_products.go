@@ -87,7 +87,7 @@ func (in *SubscriptionProductInput) product(sc Scope, now time.Time) (Subscripti
 // description, as for products) and creates the product with its recurring
 // price. Codes: validation_error, invalid_interval, prohibited_content.
 func (s *Service) CreateSubscriptionProduct(ctx context.Context, sc Scope, in SubscriptionProductInput) (SubscriptionProduct, error) {
-	p, err := in.product(sc, s.now())
+	p, err := in.product(sc, s.clock.Now(ctx, sc))
 	if err != nil {
 		return SubscriptionProduct{}, err
 	}
