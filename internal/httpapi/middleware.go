@@ -99,12 +99,12 @@ func readBody(c *gin.Context) ([]byte, error) {
 
 // authenticate resolves the bearer key to a scope.
 func (s *Server) authenticate(c *gin.Context) {
-	raw, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
-	if !ok || raw == "" {
+	raw, ok := bearer(c.GetHeader("Authorization"))
+	if !ok {
 		s.writeError(c, payments.ErrUnauthorized())
 		return
 	}
-	sc, key, err := s.svc.Authenticate(c.Request.Context(), strings.TrimSpace(raw))
+	sc, key, err := s.svc.Authenticate(c.Request.Context(), raw)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -112,6 +112,14 @@ func (s *Server) authenticate(c *gin.Context) {
 	c.Set(ctxScope, sc)
 	c.Set(ctxKeyID, key.ID)
 	c.Next()
+}
+
+// bearer returns the credentials of an Authorization header of the Bearer
+// scheme, whose name is case-insensitive (RFC 9110, section 11.1).
+func bearer(h string) (string, bool) {
+	scheme, cred, _ := strings.Cut(strings.TrimSpace(h), " ")
+	cred = strings.TrimSpace(cred)
+	return cred, strings.EqualFold(scheme, "Bearer") && cred != ""
 }
 
 // rateLimit spends one request of the key's hourly budget. When Redis cannot
@@ -144,7 +152,6 @@ const (
 	idempotencyTTL   = payments.IdempotencyTTL
 	idempotencyStale = 30 * time.Second // an in-flight claim older than this belongs to a dead process
 	idempotencyWait  = idempotencyStale + 5*time.Second
-	maxIdempotentKey = 255
 )
 
 // idempotency makes a POST with an Idempotency-Key run at most once: a repeat
@@ -154,10 +161,6 @@ func (s *Server) idempotency(c *gin.Context) {
 	key := c.GetHeader("Idempotency-Key")
 	if c.Request.Method != http.MethodPost || key == "" {
 		c.Next()
-		return
-	}
-	if len(key) > maxIdempotentKey {
-		s.abortWith(c, payments.ValidationError, "Idempotency-Key must be 1 to 255 characters.")
 		return
 	}
 	body, err := readBody(c)

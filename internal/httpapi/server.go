@@ -44,6 +44,7 @@ type Server struct {
 	log     *slog.Logger
 	now     payments.Clock
 	box     *secrets.Box
+	pages   *hosted.Pages
 }
 
 // New returns the API's http.Handler.
@@ -57,7 +58,7 @@ func New(d Deps) http.Handler {
 	if d.Secrets == nil {
 		panic("httpapi: Deps.Secrets is required")
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now, box: d.Secrets}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now, box: d.Secrets, pages: d.Pages}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -68,7 +69,7 @@ func New(d Deps) http.Handler {
 	r.HandleMethodNotAllowed = false
 	r.ContextWithFallback = true
 
-	r.Use(s.edge, s.recoverPanics, metrics, s.limitBody)
+	r.Use(s.edge, s.recoverPanics, metrics, s.limitBody, s.gate)
 	r.NoRoute(func(c *gin.Context) {
 		s.abortWith(c, payments.EndpointNotFound, "Unrecognized request URL ("+c.Request.Method+" "+c.Request.URL.Path+").")
 	})
