@@ -232,26 +232,35 @@ func FuzzStack(f *testing.F) {
 		deep, deepObj,
 	}
 	for _, b := range badText {
-		bodies = append(bodies, `{"name":"`+b+`","email":"`+b+`@example.com","metadata":{"`+b+`":"`+b+`"}}`, b)
+		bodies = append(bodies, `{"name":"`+b+`","email":"`+b+`@example.com","metadata":{"`+b+`":"`+b+`"}}`)
 	}
-	queries := []string{"limit=1", "limit=100&starting_after=" + o.customer, "starting_after=%00", "limit=%00", "limit=1e400",
-		"limit=1.5", "limit=-1", "limit=99999999999999999999", "%FF=%FE", "a=%C0%80", "\xff=\x00", "starting_after=%ED%A0%80", "a;b=c"}
-	authHeaders := []string{"bearer " + key, "Bearer " + key + "\x00", "Bearer \xff", "Basic \x00", "Bearer svc_test_" + strings.Repeat("é", 100)}
-	idems := []string{"\x01", "\x01" + strings.Repeat("é", 255), "\x01" + strings.Repeat("k", 256), "\x01k\x00", "\x01ok-1"}
+	queries := []string{"limit=100&starting_after=" + o.customer, "starting_after=%00", "limit=%FF", "limit=1e400",
+		"limit=1.5", "%FF=%FE", "a=%C0%80&starting_after=%ED%A0%80", "\xff=\x00;"}
+	authHeaders := []string{"bearer " + key, "Bearer " + key + "\x00", "Bearer \xff", "Bearer svc_test_" + strings.Repeat("é", 100)}
+	idems := []string{"\x01", "\x01" + strings.Repeat("é", 255), "\x01" + strings.Repeat("k", 256), "\x01k\x00"}
 
-	for _, r := range routes {
+	// Every route: each real id and bad text as its parameter; GETs each
+	// query; writes each body. Headers are the gate's, the same on every
+	// route: one read and one write route take those.
+	for i, r := range routes {
 		name := r.Method + " " + r.Path
-		hasParam := strings.ContainsAny(r.Path, ":*")
-		if hasParam {
-			for _, id := range append(o.ids, badText...) {
+		if strings.ContainsAny(r.Path, ":*") {
+			for _, id := range append(o.ids, badText[:5]...) {
 				add(name, id, "", "", "", "", "")
 			}
 		}
-		for _, q := range queries {
-			add(name, o.product, q, "", "", "", "")
+		if r.Method == http.MethodGet {
+			for _, q := range queries {
+				add(name, o.product, q, "", "", "", "")
+			}
 		}
-		for _, a := range authHeaders {
-			add(name, o.product, "", "", a, "", "")
+		if i < 2 || name == "POST /v1/customers" {
+			for _, a := range authHeaders {
+				add(name, o.product, "", "", a, "", "")
+			}
+			for _, i := range idems {
+				add(name, o.product, "", jsonType, "", i, bodies[1])
+			}
 		}
 		if r.Method != http.MethodPost && r.Method != http.MethodPut {
 			continue
@@ -265,10 +274,7 @@ func FuzzStack(f *testing.F) {
 		for _, b := range bodies {
 			add(name, param, "", jsonType, "", "", b)
 		}
-		for _, i := range idems {
-			add(name, param, "", jsonType, "", i, bodies[0])
-		}
-		for _, ct := range []string{formType, "multipart/form-data; boundary=x", "text/plain", "\x00", ""} {
+		for _, ct := range []string{formType, "multipart/form-data; boundary=x", "text/plain"} {
 			add(name, param, "", ct, "", "", "name=%00&email=%FF&x%00=1")
 		}
 	}
