@@ -18,9 +18,9 @@ import (
 // maxIdempotencyKey is the Idempotency-Key limit, in characters.
 const maxIdempotencyKey = 255
 
-// gatedHeaders are the request headers the service reads, with the code a
-// value that is not text is refused with: an Authorization that is not text
-// is no key at all.
+// gatedHeaders are the request headers the service reads (canonical names,
+// so the header map is indexed directly), with the code a value that is not
+// text is refused with: an Authorization that is not text is no key at all.
 var gatedHeaders = []struct {
 	name string
 	code payments.Code
@@ -121,7 +121,7 @@ func textQuery(raw string) (string, bool) {
 
 func checkHeaders(r *http.Request) *payments.Error {
 	for _, h := range gatedHeaders {
-		for _, v := range r.Header.Values(h.name) {
+		for _, v := range r.Header[h.name] {
 			if isText(v) {
 				continue
 			}
@@ -131,7 +131,7 @@ func checkHeaders(r *http.Request) *payments.Error {
 			return payments.Errorf(h.code, "The %s header must be UTF-8 text without NUL characters.", h.name)
 		}
 	}
-	if keys := r.Header.Values("Idempotency-Key"); r.Method == http.MethodPost && len(keys) > 0 {
+	if keys := r.Header["Idempotency-Key"]; r.Method == http.MethodPost && len(keys) > 0 {
 		if n := utf8.RuneCountInString(keys[0]); n < 1 || n > maxIdempotencyKey {
 			return payments.Errorf(payments.ValidationError, "Idempotency-Key must be 1 to %d characters.", maxIdempotencyKey)
 		}
