@@ -19,12 +19,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
-	"github.com/pb33f/libopenapi"
 	"github.com/pb33f/libopenapi/datamodel/high/base"
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 	"go.yaml.in/yaml/v4"
 
-	"paysvc/internal/apispec"
+	"paysvc/internal/apispec/validate"
 	"paysvc/internal/processor/sandbox"
 )
 
@@ -325,16 +324,12 @@ func (o genOp) body() *base.SchemaProxy {
 
 func describedOps(t *testing.T) []genOp {
 	t.Helper()
-	doc, err := libopenapi.NewDocument(apispec.YAML)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := doc.BuildV3Model()
+	model, err := validate.Model()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ops []genOp
-	for path, item := range model.Model.Paths.PathItems.FromOldest() {
+	for path, item := range model.Paths.PathItems.FromOldest() {
 		for method, op := range item.GetOperations().FromOldest() {
 			ops = append(ops, genOp{method: strings.ToUpper(method), path: path, op: op, params: append(slices.Clone(item.Parameters), op.Parameters...)})
 		}
