@@ -18,17 +18,9 @@ import (
 // maxIdempotencyKey is the Idempotency-Key limit, in characters.
 const maxIdempotencyKey = 255
 
-// gatedHeaders are the request headers the service reads (canonical names,
-// so the header map is indexed directly), with the code a value that is not
-// text is refused with: an Authorization that is not text is no key at all.
-var gatedHeaders = []struct {
-	name string
-	code payments.Code
-}{
-	{"Authorization", payments.Unauthorized},
-	{"Idempotency-Key", payments.ValidationError},
-	{"Content-Type", payments.ValidationError},
-}
+// gatedHeaders are the request headers the service reads, by canonical
+// name (the header map is indexed directly).
+var gatedHeaders = []string{"Authorization", "Idempotency-Key", "Content-Type"}
 
 // gate is the one check of client text, on every route of the engine (so a
 // new route has it without asking): path and query parameters, the headers
@@ -73,9 +65,10 @@ func (s *Server) gate(c *gin.Context) {
 
 // reject answers a request the gate refused: the API's envelope on /v1,
 // and on the public pages their own format.
-func (s *Server) reject(c *gin.Context, err *payments.Error) {
-	if s.pages != nil && !strings.HasPrefix(c.FullPath(), "/v1/") {
-		s.pages.Reject(c, statusOf[err.Code], err.Msg)
+func (s *Server) reject(c *gin.Context, err error) {
+	var pe *payments.Error
+	if s.pages != nil && !strings.HasPrefix(c.FullPath(), "/v1/") && errors.As(err, &pe) {
+		s.pages.Reject(c, statusOf[pe.Code], pe.Msg)
 		c.Abort()
 		return
 	}
@@ -119,16 +112,16 @@ func textQuery(raw string) (string, bool) {
 	return out.Encode(), false
 }
 
-func checkHeaders(r *http.Request) *payments.Error {
-	for _, h := range gatedHeaders {
-		for _, v := range r.Header[h.name] {
-			if isText(v) {
-				continue
+func checkHeaders(r *http.Request) error {
+	for _, name := range gatedHeaders {
+		for _, v := range r.Header[name] {
+			switch {
+			case isText(v):
+			case name == "Authorization":
+				return payments.ErrUnauthorized() // not text: no key at all
+			default:
+				return payments.Errorf(payments.ValidationError, "The %s header must be UTF-8 text without NUL characters.", name)
 			}
-			if h.code == payments.Unauthorized {
-				return payments.Errorf(payments.Unauthorized, "Invalid API key provided.")
-			}
-			return payments.Errorf(h.code, "The %s header must be UTF-8 text without NUL characters.", h.name)
 		}
 	}
 	if keys := r.Header["Idempotency-Key"]; r.Method == http.MethodPost && len(keys) > 0 {
@@ -143,18 +136,14 @@ func checkHeaders(r *http.Request) *payments.Error {
 // bytes) and checks its text as the handler will read it: a body that
 // starts like JSON as JSON, a form as its decoded fields, anything else as
 // raw text.
-func checkBody(c *gin.Context) *payments.Error {
+func checkBody(c *gin.Context) error {
 	r := c.Request
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
 	body, err := readBody(c)
 	if err != nil {
-		var pe *payments.Error
-		if errors.As(err, &pe) {
-			return pe
-		}
-		return payments.Errorf(payments.ValidationError, "The request body could not be read.")
+		return err
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	switch ct := c.ContentType(); {
@@ -181,7 +170,7 @@ func looksJSON(body []byte) bool {
 
 // checkForm parses the form as gin will read it (the parsed form is kept)
 // and checks every field name and value.
-func checkForm(r *http.Request, ct string) *payments.Error {
+func checkForm(r *http.Request, ct string) error {
 	if ct == "multipart/form-data" {
 		_ = r.ParseMultipartForm(maxBody) // what does not parse is not read either
 	} else {
@@ -210,7 +199,7 @@ var nulEscape = []byte(`\u0000`)
 // for valid UTF-8 (lone surrogate escapes are not) without NUL (\u0000
 // included). Clean bodies, nearly all, take one look at the bytes; the
 // others are read token by token to name the field.
-func checkJSONText(body []byte) *payments.Error {
+func checkJSONText(body []byte) error {
 	if utf8.Valid(body) && bytes.IndexByte(body, 0) < 0 && !bytes.Contains(body, nulEscape) {
 		return nil
 	}
@@ -244,15 +233,16 @@ func checkJSONText(body []byte) *payments.Error {
 	}
 }
 
-func notText(field string) *payments.Error {
+func notText(field string) error {
 	if field == "" {
 		return payments.Errorf(payments.ValidationError, "The request body must be UTF-8 text without NUL characters.")
 	}
 	return payments.Invalid(field, "must be UTF-8 text without NUL characters")
 }
 
-// badTextAt reports whether b starts with a byte that is not UTF-8 or with
-// the escape of a UTF-16 surrogate (which jsontext accepts only in pairs).
+// badTextAt reports whether b starts with NUL, with a byte that is not
+// UTF-8 or with the escape of a UTF-16 surrogate (which jsontext accepts
+// only in pairs).
 func badTextAt(b []byte) bool {
 	if len(b) > 0 && b[0] == 0 {
 		return true
