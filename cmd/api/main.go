@@ -23,7 +23,6 @@ import (
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/ratelimit"
-	"paysvc/internal/secrets"
 )
 
 const usage = `usage:
@@ -34,6 +33,11 @@ const usage = `usage:
   api key create --merchant ID --mode test|live [--expires-in DURATION]
   api key revoke --id KEY_ID
   api sandbox payout --merchant ID --mode test|live [--currency CUR]`
+
+// crashHook is nil in the real binary; the crash tests of this package set
+// it in the API process they run, to kill it at a point of an idempotent
+// request (httpapi.Deps.Crash).
+var crashHook func(point string)
 
 // exitLimit is the exit status when a key-creation limit refuses a key.
 const exitLimit = 3
@@ -93,30 +97,20 @@ func serve(ctx context.Context) error {
 		return err
 	}
 	defer env.Close()
-	blocklist, err := payments.LoadBlocklist(env.Config.ContentBlocklistFile)
-	if err != nil {
-		return err
-	}
-	sb, err := env.Sandbox()
-	if err != nil {
-		return err
-	}
-	box, err := secrets.New(env.Config.SecretsKey)
+	d, err := env.Domain()
 	if err != nil {
 		return err
 	}
 	_, closeQueue := env.Enqueuer()
 	defer closeQueue()
-	svc := payments.NewService(env.Store, blocklist, time.Now,
-		payments.WithProcessor(sb), payments.WithSessionTTL(env.Config.CheckoutSessionTTL),
-		payments.WithSecrets(box), payments.WithEndpointCheck(env.EndpointCheck()))
 	api := httpapi.New(httpapi.Deps{
-		Service: svc,
+		Service: d.Service,
 		Store:   env.Store,
 		Limiter: ratelimit.New(env.Redis, env.Config.RateLimitPerHour),
 		Log:     env.Log,
-		Pages:   hosted.New(svc, sb, env.Log, time.Now),
-		Secrets: box,
+		Pages:   hosted.New(d.Service, d.Sandbox, env.Log),
+		Secrets: d.Secrets,
+		Crash:   crashHook,
 	})
 	srv := &http.Server{
 		Addr:              env.Config.APIAddr,
@@ -184,7 +178,11 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 		return err
 	}
 	defer env.Close()
-	svc := payments.NewService(env.Store, nil, time.Now)
+	d, err := env.Domain()
+	if err != nil {
+		return err
+	}
+	svc := d.Service
 	enc := json.NewEncoder(stdout)
 
 	switch cmd {
