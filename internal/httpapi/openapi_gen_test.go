@@ -445,12 +445,15 @@ func TestOpenAPIGeneratedRequests(t *testing.T) {
 	cs, pi := paySession(t, h, s.key, 90000)
 	re := refundOK(t, h, s.key, map[string]any{"payment_intent": pi, "amount": 100})
 	_, dp := disputed(t, h, s, 5000)
+	var sp struct{ ID string }
+	h.do("POST", "/v1/subscription-products", s.key, map[string]any{"name": "Plan", "amount": 900, "currency": "usd", "interval": "monthly"}).data(t, &sp)
 	var we struct{ ID string }
 	h.do("POST", "/v1/webhook-endpoints", s.key, map[string]any{"url": "https://hooks.example/in"}).data(t, &we)
 	ids := map[string]string{"price_": prod.DefaultPrice.ID, "cus_": cus.ID, "cs_": cs, "pi_": pi}
 	byPath := map[string]string{
 		"/v1/products/": prod.ID, "/v1/customers/": cus.ID, "/v1/payment-sessions/": cs,
 		"/v1/refunds/": re.ID, "/v1/disputes/": dp, "/v1/webhook-endpoints/": we.ID, "/v1/test-payments/": pi,
+		"/v1/subscription-products/": sp.ID,
 	}
 	idFor := func(path string) string {
 		for prefix, id := range byPath {
