@@ -57,7 +57,7 @@ func run(ctx context.Context) error {
 		Logger:                   app.AsynqLogger{Log: env.Log},
 	})
 	mux := asynq.NewServeMux()
-	(&worker.Handlers{Service: d.Service, Store: env.Store, Log: env.Log}).Register(mux)
+	(&worker.Handlers{Service: d.Service, Store: env.Store, Log: env.Log, EventRetention: env.Config.EventRetention}).Register(mux)
 	(&worker.Deliverer{
 		Store:     env.Store,
 		Sealer:    d.Secrets,

@@ -18,22 +18,25 @@ import (
 
 // Config is the whole configuration of api, worker and scheduler.
 type Config struct {
-	DatabaseURL                 string
-	RedisURL                    string
-	APIAddr                     string
-	AdminAddr                   string
-	AdminUser                   string
-	AdminPassword               string
-	PublicBaseURL               string
-	Processor                   string
-	StripeSecretKey             string
-	StripeWebhookSecret         string
-	StripeAPIBase               string
-	SecretsKey                  []byte
-	SecretsKeyIsDev             bool
-	RateLimitPerHour            int
-	CheckoutSessionTTL          time.Duration
-	WebhookRetryBase            time.Duration
+	DatabaseURL         string
+	RedisURL            string
+	APIAddr             string
+	AdminAddr           string
+	AdminUser           string
+	AdminPassword       string
+	PublicBaseURL       string
+	Processor           string
+	StripeSecretKey     string
+	StripeWebhookSecret string
+	StripeAPIBase       string
+	SecretsKey          []byte
+	SecretsKeyIsDev     bool
+	RateLimitPerHour    int
+	CheckoutSessionTTL  time.Duration
+	WebhookRetryBase    time.Duration
+	// EventRetention is how long events (and their finished deliveries)
+	// are kept before the scheduler's sweep deletes them.
+	EventRetention              time.Duration
 	WebhookAllowPrivateNetworks bool
 	WebhookTLSInsecure          bool
 	ContentBlocklistFile        string
@@ -122,6 +125,11 @@ func Load(getenv func(string) string) (Config, error) {
 	c.RateLimitPerHour = positiveInt(get("RATE_LIMIT_PER_HOUR", "1000"), "RATE_LIMIT_PER_HOUR", bad)
 	c.CheckoutSessionTTL = positiveDuration(get("CHECKOUT_SESSION_TTL", "24h"), "CHECKOUT_SESSION_TTL", bad)
 	c.WebhookRetryBase = positiveDuration(get("WEBHOOK_RETRY_BASE", "30s"), "WEBHOOK_RETRY_BASE", bad)
+	if d, err := time.ParseDuration(get("EVENT_RETENTION", "720h")); err != nil || d < time.Hour {
+		bad("EVENT_RETENTION", "must be a duration of at least 1h such as 720h (30 days)")
+	} else {
+		c.EventRetention = d
+	}
 	if d, err := time.ParseDuration(get("SANDBOX_REFUND_LATENCY", "0s")); err != nil || d < 0 || d > 30*time.Second {
 		bad("SANDBOX_REFUND_LATENCY", "must be a duration between 0s and 30s (refund tasks time out after 1m)")
 	} else {

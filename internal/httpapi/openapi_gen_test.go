@@ -449,11 +449,16 @@ func TestOpenAPIGeneratedRequests(t *testing.T) {
 	h.do("POST", "/v1/subscription-products", s.key, map[string]any{"name": "Plan", "amount": 900, "currency": "usd", "interval": "monthly"}).data(t, &sp)
 	var we struct{ ID string }
 	h.do("POST", "/v1/webhook-endpoints", s.key, map[string]any{"url": "https://hooks.example/in"}).data(t, &we)
+	var ev struct{ Data []struct{ ID string } }
+	h.do("GET", "/v1/events?limit=1", s.key, nil).data(t, &ev)
+	if len(ev.Data) != 1 {
+		t.Fatalf("got %d events, want the shop's newest", len(ev.Data))
+	}
 	ids := map[string]string{"price_": prod.DefaultPrice.ID, "cus_": cus.ID, "cs_": cs, "pi_": pi}
 	byPath := map[string]string{
 		"/v1/products/": prod.ID, "/v1/customers/": cus.ID, "/v1/payment-sessions/": cs,
 		"/v1/refunds/": re.ID, "/v1/disputes/": dp, "/v1/webhook-endpoints/": we.ID, "/v1/test-payments/": pi,
-		"/v1/subscription-products/": sp.ID,
+		"/v1/subscription-products/": sp.ID, "/v1/events/": ev.Data[0].ID,
 	}
 	idFor := func(path string) string {
 		for prefix, id := range byPath {

@@ -110,6 +110,16 @@ type Store interface {
 	// DeleteEndpoint marks it deleted and fails its pending deliveries.
 	DeleteEndpoint(ctx context.Context, sc Scope, id string, now time.Time) error
 
+	// EventPage is a page of the scope's events, newest first, filtered.
+	EventPage(ctx context.Context, sc Scope, f EventFilter) (Page[StoredEvent], error)
+	// Event is one of the scope's events (endpoint_not_found otherwise).
+	Event(ctx context.Context, sc Scope, id string) (StoredEvent, error)
+	// EventScopes are the scopes with events created before before.
+	EventScopes(ctx context.Context, before time.Time) ([]Scope, error)
+	// PruneEvents deletes a batch of the scope's old events without
+	// pending deliveries, with their finished deliveries.
+	PruneEvents(ctx context.Context, sc Scope, before time.Time, limit int) (int, error)
+
 	SubscriptionStore
 }
 

@@ -2,8 +2,11 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"paysvc/internal/payments"
 )
@@ -39,21 +42,129 @@ func insertEvents(ctx context.Context, tx *txn, sc payments.Scope, events []paym
 	return nil
 }
 
-// StoredEvent is an event row as delivery reads it.
-type StoredEvent struct {
-	ID      string `db:"id"`
-	Type    string `db:"type"`
-	Payload []byte `db:"payload"`
-}
+// eventPayload is the SQL of an event's payload (the events row aliased e):
+// the exact body a delivery sends and signs (DeliveryForSend) and the object
+// GET /v1/events returns (Event, EventPage). One expression, so the two
+// cannot drift.
+const eventPayload = `json_build_object('id', e.id, 'type', e.type, 'created', extract(epoch from e.created_at)::bigint,
+		'livemode', e.livemode, 'data', e.data)::text`
+
+// StoredEvent is an event as delivered (payments.StoredEvent).
+type StoredEvent = payments.StoredEvent
 
 // Events returns the scope's events in the order they were written.
 func (s *Store) Events(ctx context.Context, sc payments.Scope) ([]StoredEvent, error) {
-	const q = `SELECT id, type, json_build_object('id', id, 'type', type, 'created', extract(epoch from created_at)::bigint,
-		'livemode', livemode, 'data', data)::text AS payload
-	FROM events WHERE merchant_id = $1 AND livemode = $2 ORDER BY seq`
+	const q = `SELECT e.id, e.type, ` + eventPayload + ` AS payload
+	FROM events e WHERE e.merchant_id = $1 AND e.livemode = $2 ORDER BY e.seq`
 	var out []StoredEvent
 	if err := s.q.SelectContext(ctx, &out, q, sc.MerchantID, sc.Live); err != nil {
 		return nil, fmt.Errorf("select events: %w", err)
 	}
 	return out, nil
+}
+
+// Event returns one of the scope's events; endpoint_not_found (see
+// payments.Service.Event) when the scope has no such event.
+func (s *Store) Event(ctx context.Context, sc payments.Scope, id string) (StoredEvent, error) {
+	const q = `SELECT e.id, e.type, ` + eventPayload + ` AS payload
+	FROM events e WHERE e.merchant_id = $1 AND e.livemode = $2 AND e.id = $3`
+	var out StoredEvent
+	err := s.q.GetContext(ctx, &out, q, sc.MerchantID, sc.Live, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return StoredEvent{}, payments.Errorf(payments.EndpointNotFound, "No such event: '%s'", id)
+	}
+	if err != nil {
+		return StoredEvent{}, fmt.Errorf("select event: %w", err)
+	}
+	return out, nil
+}
+
+// EventPage returns a page of the scope's events, newest first, on the
+// events_page index: keyset after the starting_after row ($7, $8), created
+// bounds as index conditions. The payload rounds created_at to whole
+// seconds, so created[gte] S keeps created_at >= S - 0.5 s and created[lte]
+// S keeps created_at < S + 0.5 s: exactly the events whose created is in
+// range. The type filter: type = $3, or ($4) starts_with(type, $3) — the
+// prefix is a literal, no LIKE pattern to escape; $3 = ” with $4 matches
+// every type.
+func (s *Store) EventPage(ctx context.Context, sc payments.Scope, f payments.EventFilter) (payments.Page[StoredEvent], error) {
+	const cols = `SELECT e.id, e.type, ` + eventPayload + ` AS payload FROM events e
+	WHERE e.merchant_id = $1 AND e.livemode = $2 AND (e.type = $3 OR ($4 AND starts_with(e.type, $3)))
+		AND e.created_at >= coalesce($5::timestamptz, '-infinity') AND e.created_at < coalesce($6::timestamptz, 'infinity')`
+	const first = cols + ` ORDER BY e.created_at DESC, e.id DESC LIMIT $7`
+	const after = cols + ` AND (e.created_at, e.id) < ($7, $8) ORDER BY e.created_at DESC, e.id DESC LIMIT $9`
+	var gte, lte *time.Time
+	if f.CreatedGTE != nil {
+		t := time.Unix(*f.CreatedGTE, 0).Add(-500 * time.Millisecond)
+		gte = &t
+	}
+	if f.CreatedLTE != nil {
+		t := time.Unix(*f.CreatedLTE, 0).Add(500 * time.Millisecond)
+		lte = &t
+	}
+	args := []any{sc.MerchantID, sc.Live, f.Type, f.Prefix, gte, lte}
+	q := first
+	if f.StartingAfter != "" {
+		c, err := s.loadCursor(ctx, `SELECT created_at, id FROM events WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, sc, f.StartingAfter)
+		if err != nil {
+			return payments.Page[StoredEvent]{}, err
+		}
+		q = after
+		args = append(args, c.CreatedAt, c.ID)
+	}
+	var rows []StoredEvent
+	if err := s.q.SelectContext(ctx, &rows, q, append(args, f.Limit+1)...); err != nil {
+		return payments.Page[StoredEvent]{}, fmt.Errorf("select events: %w", err)
+	}
+	return page(rows, f.Limit), nil
+}
+
+// EventScopes returns the scopes that have events created before before,
+// each found by one probe of events_page.
+func (s *Store) EventScopes(ctx context.Context, before time.Time) ([]payments.Scope, error) {
+	const q = `SELECT m.id AS merchant_id, l.live AS livemode FROM merchants m CROSS JOIN (VALUES (false), (true)) AS l (live)
+	WHERE (SELECT min(e.created_at) FROM events e WHERE e.merchant_id = m.id AND e.livemode = l.live) < $1
+	ORDER BY m.id, l.live` // min(): one events_page probe per scope, never a semi-join that scans events
+	var rows []struct {
+		MerchantID string `db:"merchant_id"`
+		Live       bool   `db:"livemode"`
+	}
+	if err := s.q.SelectContext(ctx, &rows, q, before); err != nil {
+		return nil, fmt.Errorf("select event scopes: %w", err)
+	}
+	out := make([]payments.Scope, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, payments.Scope{MerchantID: r.MerchantID, Live: r.Live})
+	}
+	return out, nil
+}
+
+// PruneEvents deletes, in one short statement (its own transaction), at
+// most limit of the scope's oldest events created before before — found on
+// events_page — together with their deliveries (and, by cascade, their
+// attempts). An event with a pending delivery is kept: it is still owed to
+// an endpoint. The rows are locked SKIP LOCKED, so the sweep never waits
+// on (nor blocks for long) anything else.
+func (s *Store) PruneEvents(ctx context.Context, sc payments.Scope, before time.Time, limit int) (int, error) {
+	const q = `WITH doomed AS (
+		SELECT e.id FROM events e
+		WHERE e.merchant_id = $1 AND e.livemode = $2 AND e.created_at < $3
+			AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+				WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = e.id AND d.status = 'pending')
+		ORDER BY e.created_at, e.id LIMIT $4
+		FOR UPDATE SKIP LOCKED
+	), deliveries AS (
+		DELETE FROM webhook_deliveries d
+		WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = ANY (ARRAY (SELECT id FROM doomed))
+	)
+	DELETE FROM events e WHERE e.id = ANY (ARRAY (SELECT id FROM doomed)) -- the primary key, not a join that scans events`
+	res, err := s.db.ExecContext(ctx, q, sc.MerchantID, sc.Live, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune events: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("prune events: %w", err)
+	}
+	return int(n), nil
 }

@@ -119,8 +119,7 @@ type deliveryRow struct {
 // row does not exist.
 func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id string) (payments.Delivery, error) {
 	const q = `SELECT d.id, d.merchant_id, d.livemode, d.status, d.attempts, e.id AS event_id, e.type AS event_type,
-		json_build_object('id', e.id, 'type', e.type, 'created', extract(epoch from e.created_at)::bigint,
-			'livemode', e.livemode, 'data', e.data)::text AS payload,
+		` + eventPayload + ` AS payload,
 		we.id AS endpoint_id, we.url, we.secret_sealed, (we.status = 'enabled' AND we.deleted_at IS NULL) AS endpoint_ok
 	FROM webhook_deliveries d
 	JOIN events e ON e.id = d.event_id

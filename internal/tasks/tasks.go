@@ -24,6 +24,7 @@ const (
 	TypePruneViolations  = "maintenance:prune_violations"
 	TypeExpireSessions   = "sessions:expire"
 	TypeCloseDisputes    = "disputes:close_overdue"
+	TypePruneEvents      = "maintenance:prune_events"
 )
 
 // NewCloseOverdueDisputes closes disputes left unanswered past their due date.
@@ -44,4 +45,9 @@ func NewPruneIdempotency() *asynq.Task {
 // NewPruneViolations deletes content violations past the suspension window.
 func NewPruneViolations() *asynq.Task {
 	return asynq.NewTask(TypePruneViolations, nil, asynq.Queue(QueueLow), asynq.MaxRetry(3), asynq.Timeout(5*time.Minute))
+}
+
+// NewPruneEvents deletes events older than EVENT_RETENTION, in batches.
+func NewPruneEvents() *asynq.Task {
+	return asynq.NewTask(TypePruneEvents, nil, asynq.Queue(QueueLow), asynq.MaxRetry(3), asynq.Timeout(30*time.Minute))
 }

@@ -23,6 +23,9 @@ type Handlers struct {
 	Service *payments.Service
 	Store   MaintenanceStore
 	Log     *slog.Logger
+	// EventRetention is how long events are kept (EVENT_RETENTION); 0 is
+	// payments.EventRetention.
+	EventRetention time.Duration
 }
 
 // Register adds every handler to mux.
@@ -31,6 +34,7 @@ func (h *Handlers) Register(mux *asynq.ServeMux) {
 	mux.HandleFunc(tasks.TypePruneViolations, h.pruneViolations)
 	mux.HandleFunc(tasks.TypeExpireSessions, h.expireSessions)
 	mux.HandleFunc(tasks.TypeCloseDisputes, h.closeOverdueDisputes)
+	mux.HandleFunc(tasks.TypePruneEvents, h.pruneEvents)
 	h.registerMoney(mux)
 }
 
@@ -85,6 +89,39 @@ func (h *Handlers) pruneViolations(ctx context.Context, _ *asynq.Task) error {
 	return nil
 }
 
+// pruneBatch bounds one statement of the event retention sweep: each batch
+// is its own short transaction, so the API never waits on the sweep.
+const pruneBatch = 1000
+
+// pruneEvents deletes events past their retention, a batch at a time, with
+// their finished deliveries; events still owed to an endpoint stay.
+func (h *Handlers) pruneEvents(ctx context.Context, _ *asynq.Task) error {
+	keep := h.EventRetention
+	if keep <= 0 {
+		keep = payments.EventRetention
+	}
+	before := h.Service.Clock().Base().Add(-keep)
+	scopes, err := h.Service.EventScopes(ctx, before)
+	if err != nil {
+		return err
+	}
+	total := 0
+	for _, sc := range scopes {
+		for {
+			n, err := h.Service.PruneEvents(ctx, sc, before, pruneBatch)
+			if err != nil {
+				return err
+			}
+			total += n
+			if n < pruneBatch {
+				break
+			}
+		}
+	}
+	h.Log.InfoContext(ctx, "pruned events", "deleted", total)
+	return nil
+}
+
 // Schedule is what cmd/scheduler registers: cron spec → task.
 func Schedule() map[string]func() *asynq.Task {
 	return map[string]func() *asynq.Task{
@@ -92,6 +129,7 @@ func Schedule() map[string]func() *asynq.Task {
 		"@every 1h":  tasks.NewPruneViolations,
 		"@every 1m":  tasks.NewExpireSessions,
 		"@every 5m":  tasks.NewCloseOverdueDisputes,
+		"@hourly":    tasks.NewPruneEvents,
 	}
 }
 

@@ -30,7 +30,7 @@ func TestScheduleHasBothMaintenanceTasks(t *testing.T) {
 		got = append(got, tk.Type())
 	}
 	slices.Sort(got)
-	want := []string{tasks.TypePruneIdempotency, tasks.TypePruneViolations, tasks.TypeExpireSessions, tasks.TypeCloseDisputes}
+	want := []string{tasks.TypePruneIdempotency, tasks.TypePruneViolations, tasks.TypeExpireSessions, tasks.TypeCloseDisputes, tasks.TypePruneEvents}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("Schedule() task types: got %v, want %v", got, want)

@@ -180,7 +180,8 @@ func TestDocumentBuilds(t *testing.T) {
 		"POST /v1/payment-intents": true, "GET /v1/test-payments": true,
 		"POST /v1/webhook-endpoints": true, "GET /v1/webhook-endpoints": true,
 		"DELETE /v1/webhook-endpoints/{id}": true,
-		"POST /v1/refunds":                  true, "GET /v1/disputes": true, "GET /v1/disputes/{id}": true,
+		"GET /v1/events":                    true, "GET /v1/events/{id}": true,
+		"POST /v1/refunds": true, "GET /v1/disputes": true, "GET /v1/disputes/{id}": true,
 		"POST /v1/disputes/{id}/evidence": true, "GET /v1/refunds/{id}": true, "GET /v1/balance": true,
 		"GET /v1/openapi.yaml": true,
 	}
