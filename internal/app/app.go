@@ -48,6 +48,7 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
+	cfg.AdminAddr = cfg.AdminAddrs.For(process) // one environment for all three processes
 	log := Logger(cfg.LogLevel).With("process", process)
 	slog.SetDefault(log)
 	if cfg.SecretsKeyIsDev && process != "cli" {
