@@ -50,16 +50,17 @@ func TestOneHostOneEnvironment(t *testing.T) {
 	key := testKey(t, bin, env)
 
 	admins := map[string]string{}
+	exited := map[string]<-chan struct{}{}
 	for i, name := range []string{"api", "worker", "scheduler"} {
 		args := []string{}
 		if name == "api" {
 			args = []string{"serve"}
 		}
-		startProcess(t, filepath.Join(bin, name), args, env, name)
+		exited[name] = startProcess(t, filepath.Join(bin, name), args, env, name)
 		admins[name] = "127.0.0.1:" + strconv.Itoa(base+i)
 	}
 	for name, addr := range admins {
-		waitReadiness(t, name, addr, http.StatusOK, "ok")
+		waitReadiness(t, name, addr, exited[name], http.StatusOK, "ok")
 		if code, body := httpGet(t, "http://"+addr+"/healthz"); code != http.StatusOK {
 			t.Errorf("%s GET /healthz: got %d %s, want 200", name, code, body)
 		}
@@ -71,7 +72,7 @@ func TestOneHostOneEnvironment(t *testing.T) {
 	// Redis dies: every process stays ready, degraded.
 	rds.kill(t)
 	for name, addr := range admins {
-		waitReadiness(t, name, addr, http.StatusOK, "degraded")
+		waitReadiness(t, name, addr, exited[name], http.StatusOK, "degraded")
 		if _, body := httpGet(t, "http://"+addr+"/metrics"); !strings.Contains(body, `paysvc_dependency_up{dependency="redis"} 0`) ||
 			!strings.Contains(body, `paysvc_dependency_up{dependency="postgres"} 1`) {
 			t.Errorf("%s GET /metrics with Redis down: got no redis 0 and postgres 1 in paysvc_dependency_up, want them", name)
@@ -84,7 +85,7 @@ func TestOneHostOneEnvironment(t *testing.T) {
 	// Redis is back on the same port: ready, ok.
 	rds.start(t)
 	for name, addr := range admins {
-		waitReadiness(t, name, addr, http.StatusOK, "ok")
+		waitReadiness(t, name, addr, exited[name], http.StatusOK, "ok")
 	}
 }
 
@@ -190,9 +191,10 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// startProcess runs bin with env. At the end of the test it stops it with
-// SIGTERM and wants a clean exit; its output is shown if the test failed.
-func startProcess(t *testing.T, bin string, args, env []string, name string) {
+// startProcess runs bin with env and returns a channel closed when it
+// exits. At the end of the test it stops it with SIGTERM and wants a clean
+// exit; its output is shown if the test failed.
+func startProcess(t *testing.T, bin string, args, env []string, name string) <-chan struct{} {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
@@ -201,8 +203,8 @@ func startProcess(t *testing.T, bin string, args, env []string, name string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done, exited := make(chan error, 1), make(chan struct{})
+	go func() { done <- cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		select {
 		case err := <-done:
@@ -224,12 +226,19 @@ func startProcess(t *testing.T, bin string, args, env []string, name string) {
 			t.Logf("%s output:\n%s", name, logs.String())
 		}
 	})
+	return exited
 }
 
-// waitReadiness polls /readyz until it answers code with status.
-func waitReadiness(t *testing.T, name, addr string, code int, status string) {
+// waitReadiness polls /readyz until it answers code with status; it fails
+// at once if the process exited.
+func waitReadiness(t *testing.T, name, addr string, exited <-chan struct{}, code int, status string) {
 	t.Helper()
 	waitFor(t, 20*time.Second, fmt.Sprintf("%s GET /readyz %d %q", name, code, status), func() (bool, string) {
+		select {
+		case <-exited:
+			t.Fatalf("%s exited, want it running with /readyz %d %q", name, code, status)
+		default:
+		}
 		c, body := httpGet(t, "http://"+addr+"/readyz")
 		var v struct {
 			Status string `json:"status"`
