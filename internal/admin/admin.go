@@ -179,9 +179,10 @@ type Timeouts struct {
 	ReadHeader, Read, Write, Idle time.Duration
 }
 
-// DefaultTimeouts are the public API server's and the admin listener's: a
-// slow client is cut off instead of holding a connection open. Write leaves
-// room for a 30 s CPU profile (/debug/pprof/profile).
+// DefaultTimeouts are the admin listener's, the values of the public API
+// server (cmd/api): a slow client is cut off instead of holding a
+// connection open. Write leaves room for a 30 s CPU profile
+// (/debug/pprof/profile).
 var DefaultTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 60 * time.Second, Idle: 120 * time.Second}
 
 // NewServer returns an HTTP server for addr and h with timeouts t and
