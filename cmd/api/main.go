@@ -35,6 +35,11 @@ const usage = `usage:
   api key revoke --id KEY_ID
   api sandbox payout --merchant ID --mode test|live [--currency CUR]`
 
+// crashHook is nil in the real binary; the crash tests of this package set
+// it in the API process they run, to kill it at a point of an idempotent
+// request (httpapi.Deps.Crash).
+var crashHook func(point string)
+
 // exitLimit is the exit status when a key-creation limit refuses a key.
 const exitLimit = 3
 
@@ -117,6 +122,7 @@ func serve(ctx context.Context) error {
 		Log:     env.Log,
 		Pages:   hosted.New(svc, sb, env.Log, time.Now),
 		Secrets: box,
+		Crash:   crashHook,
 	})
 	srv := &http.Server{
 		Addr:              env.Config.APIAddr,

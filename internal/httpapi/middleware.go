@@ -141,15 +141,27 @@ func (s *Server) rateLimit(c *gin.Context) {
 
 // Idempotency-Key handling (Stripe's behaviour).
 const (
-	idempotencyTTL   = payments.IdempotencyTTL
-	idempotencyStale = 30 * time.Second // an in-flight claim older than this belongs to a dead process
-	idempotencyWait  = idempotencyStale + 5*time.Second
+	idempotencyTTL = payments.IdempotencyTTL
+	// idempotencyWait bounds how long a repeat waits for an in-flight
+	// first request with its key; then it is told to retry (429). A first
+	// request takes milliseconds, a slow processor call seconds.
+	idempotencyWait  = 15 * time.Second
 	maxIdempotentKey = 255
+)
+
+// Crash points of an idempotent request, where Deps.Crash is called.
+const (
+	CrashAfterChange = "after-change" // the change made, its response not stored
+	CrashAfterStore  = "after-store"  // the response stored, not committed
+	CrashAfterCommit = "after-commit" // committed, the response not sent
 )
 
 // idempotency makes a POST with an Idempotency-Key run at most once: a repeat
 // with the same body replays the first response, a concurrent repeat waits
 // for it, and the same key with another body or path is a validation_error.
+// The request runs in one database transaction that claims the key, holds
+// the change and stores the response (Store.BeginIdempotent), so the key
+// commits with its response or not at all.
 func (s *Server) idempotency(c *gin.Context) {
 	key := c.GetHeader("Idempotency-Key")
 	if c.Request.Method != http.MethodPost || key == "" {
@@ -165,80 +177,92 @@ func (s *Server) idempotency(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	ctx, sc := c.Request.Context(), scope(c)
+	sc := scope(c)
 	hash := requestHash(c.Request.Method, c.Request.URL.Path, body)
-	deadline := s.now().Add(idempotencyWait)
-	for wait := 5 * time.Millisecond; ; wait = min(wait*2, 100*time.Millisecond) {
-		rec, err := s.store.BeginIdempotent(ctx, sc, key, hash, s.now(), idempotencyTTL, idempotencyStale)
+	ctx, rec, err := s.store.BeginIdempotent(c.Request.Context(), sc, key, hash, s.now(), idempotencyTTL, s.wait)
+	switch {
+	case errors.Is(err, payments.ErrKeyInFlight):
+		// Not a 500: nothing failed, the first request is still running,
+		// and a retry a moment later gets its response.
+		c.Writer.Header().Set("Retry-After", "1")
+		s.abortWith(c, payments.RateLimitExceeded, "A request with this Idempotency-Key is still in progress; retry after 1 second.")
+	case err != nil:
+		s.writeError(c, err)
+	case rec == nil:
+		s.runOwned(c, ctx, sc, key)
+	case !bytes.Equal(rec.RequestHash, hash):
+		s.abortWith(c, payments.ValidationError, "Keys for idempotent requests can only be used with the same parameters they were first used with.")
+	default:
+		body, err := s.box.Open(rec.Body, idempotencyAAD(sc, key))
 		if err != nil {
-			s.writeError(c, err)
+			s.writeError(c, fmt.Errorf("open stored idempotent response: %w", err))
 			return
 		}
-		switch {
-		case rec.Owned:
-			s.runOwned(c, sc, key)
-			return
-		case rec.RequestHash != nil && !bytes.Equal(rec.RequestHash, hash):
-			s.abortWith(c, payments.ValidationError, "Keys for idempotent requests can only be used with the same parameters they were first used with.")
-			return
-		case rec.Status.Valid:
-			body, err := s.box.Open(rec.Response, idempotencyAAD(sc, key))
-			if err != nil {
-				s.writeError(c, fmt.Errorf("open stored idempotent response: %w", err))
-				return
-			}
-			h := c.Writer.Header()
-			h.Set("Idempotent-Replayed", "true")
-			if rec.RequestID.Valid {
-				h.Set("X-Request-Id", rec.RequestID.String)
-			}
-			c.Data(int(rec.Status.Int32), "application/json; charset=utf-8", body)
-			c.Abort()
-			return
+		h := c.Writer.Header()
+		h.Set("Idempotent-Replayed", "true")
+		if rec.RequestID != "" {
+			h.Set("X-Request-Id", rec.RequestID)
 		}
-		// In flight elsewhere (or just released): wait and look again.
-		if s.now().After(deadline) {
-			s.writeError(c, errors.New("idempotent request still in flight after wait"))
-			return
-		}
-		select {
-		case <-ctx.Done():
-			c.Abort()
-			return
-		case <-time.After(wait):
-		}
+		c.Data(rec.Status, "application/json; charset=utf-8", body)
+		c.Abort()
 	}
 }
 
-// runOwned runs the request that owns the key and stores its response; a
-// server-side failure releases the key so the client's retry runs again.
-func (s *Server) runOwned(c *gin.Context, sc payments.Scope, key string) {
+// runOwned runs the request that claimed the key, in the request's
+// transaction (ctx), holding its response back: a response below 500 is
+// stored under the key in that transaction, which then commits, and only
+// then is it sent. A 5xx or a panic rolls everything back — the change and
+// the claim — so the client's retry runs again.
+func (s *Server) runOwned(c *gin.Context, ctx context.Context, sc payments.Scope, key string) {
 	w := &captureWriter{ResponseWriter: c.Writer}
 	c.Writer = w
-	// Store even when the client has gone: its retry must see the outcome.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request.Context()), 5*time.Second)
-	defer cancel()
+	c.Request = c.Request.WithContext(ctx)
+	ended := false
 	defer func() {
-		// A panic below answers 500 further up the chain; release the key
-		// first, or every retry would wait on a request that is gone.
-		if p := recover(); p != nil {
-			if err := s.store.ReleaseIdempotent(ctx, sc, key); err != nil {
-				s.log.ErrorContext(ctx, "idempotency key not released", append(logAttrs(c), "error", err)...)
-			}
-			panic(p)
+		if ended {
+			return
+		}
+		// A panic: roll back and let recoverPanics answer on the real
+		// writer, to which nothing was written.
+		c.Writer = w.ResponseWriter
+		if err := s.store.EndRequest(ctx, false); err != nil {
+			s.log.ErrorContext(ctx, "idempotent request not rolled back", append(logAttrs(c), "error", err)...)
 		}
 	}()
 	c.Next()
+	if s.crash != nil {
+		s.crash(CrashAfterChange)
+	}
+	status := w.Status()
 	var err error
-	if status := w.Status(); status >= 500 {
-		err = s.store.ReleaseIdempotent(ctx, sc, key)
-	} else {
+	if status < 500 {
 		sealed := s.box.Seal(w.buf.Bytes(), idempotencyAAD(sc, key))
-		err = s.store.CompleteIdempotent(ctx, sc, key, status, sealed, requestID(c))
+		err = s.store.SaveIdempotent(ctx, sc, key, status, sealed, requestID(c))
+		if err == nil && s.crash != nil {
+			s.crash(CrashAfterStore)
+		}
+		if err == nil {
+			err = s.store.EndRequest(ctx, true)
+		}
+	}
+	ended = true
+	c.Writer = w.ResponseWriter
+	if status >= 500 || err != nil {
+		if rerr := s.store.EndRequest(ctx, false); rerr != nil {
+			s.log.ErrorContext(ctx, "idempotent request not rolled back", append(logAttrs(c), "error", rerr)...)
+		}
 	}
 	if err != nil {
-		s.log.ErrorContext(ctx, "idempotency record not saved", append(logAttrs(c), "error", err)...)
+		// Nothing was committed: answer 500, never the response that
+		// could not be stored with its change.
+		s.writeError(c, fmt.Errorf("idempotent request: %w", err))
+		return
 	}
+	if s.crash != nil && status < 500 {
+		s.crash(CrashAfterCommit)
+	}
+	w.ResponseWriter.WriteHeader(status)
+	w.ResponseWriter.Write(w.buf.Bytes()) //nolint:errcheck // the client may have gone; the outcome is stored
 }
 
 // idempotencyAAD binds a sealed response to its merchant, mode and key.
@@ -259,18 +283,49 @@ func requestHash(method, path string, body []byte) []byte {
 	return h.Sum(nil)
 }
 
-// captureWriter keeps a copy of the response body.
+// captureWriter holds the response back: the body is kept, not sent, until
+// runOwned knows whether the transaction that stores it committed. Headers
+// go to the real writer's header map, to be sent with the body.
 type captureWriter struct {
 	gin.ResponseWriter
-	buf bytes.Buffer
+	status int
+	wrote  bool
+	buf    bytes.Buffer
 }
 
+func (w *captureWriter) WriteHeader(code int) {
+	if code > 0 && !w.wrote {
+		w.status = code
+	}
+}
+
+func (w *captureWriter) WriteHeaderNow() { w.wrote = true }
+
 func (w *captureWriter) Write(b []byte) (int, error) {
-	w.buf.Write(b)
-	return w.ResponseWriter.Write(b)
+	w.wrote = true
+	return w.buf.Write(b)
 }
 
 func (w *captureWriter) WriteString(s string) (int, error) {
-	w.buf.WriteString(s)
-	return w.ResponseWriter.WriteString(s)
+	w.wrote = true
+	return w.buf.WriteString(s)
 }
+
+func (w *captureWriter) Status() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+func (w *captureWriter) Size() int {
+	if !w.wrote {
+		return -1
+	}
+	return w.buf.Len()
+}
+
+func (w *captureWriter) Written() bool { return w.wrote }
+
+// Flush sends nothing: the response waits for the commit.
+func (w *captureWriter) Flush() {}

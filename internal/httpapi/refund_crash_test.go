@@ -7,9 +7,12 @@ import (
 )
 
 // A refund whose request committed but whose process died before the API
-// stored the idempotent response: after the 30 s stale takeover, the retry
-// with the same key runs the handler again, and must get the first refund
-// back instead of refunding twice. After the key's 24 h, the key is new.
+// stored the idempotent response. Since the response commits with the
+// change (TestIdempotencyKilledAtEachPoint in cmd/api) only a version
+// before that leaves such a claim, e.g. during a rolling deploy: after the
+// 30 s takeover of a legacy claim, the retry with the same key runs the
+// handler again, and must get the first refund back instead of refunding
+// twice. After the key's 24 h, the key is new.
 func TestRefundIdempotentAcrossCrash(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpts{})

@@ -4,6 +4,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -14,7 +15,6 @@ import (
 	"paysvc/internal/apispec"
 	"paysvc/internal/hosted"
 	"paysvc/internal/payments"
-	"paysvc/internal/postgres"
 	"paysvc/internal/ratelimit"
 	"paysvc/internal/secrets"
 )
@@ -25,25 +25,48 @@ const APIVersion = "2025-01-01"
 // maxBody is the request body limit, counted on the bytes actually read.
 const maxBody = 1 << 20
 
+// Store is what the API needs of storage besides the Service: the one
+// transaction of an idempotent POST, in which the key is claimed, the
+// change is made (the store's methods called with the returned ctx join
+// it) and the response is stored. postgres.Store implements it.
+type Store interface {
+	// BeginIdempotent opens the request's transaction and claims key in it:
+	// a nil record means the claim is the caller's, and ctx carries the
+	// transaction; else the key's stored response comes back and nothing
+	// stays open. payments.ErrKeyInFlight: another request still holds the
+	// key after wait.
+	BeginIdempotent(ctx context.Context, sc payments.Scope, key string, hash []byte, now time.Time, ttl, wait time.Duration) (context.Context, *payments.StoredResponse, error)
+	// SaveIdempotent writes the claimed key's response in ctx's transaction.
+	SaveIdempotent(ctx context.Context, sc payments.Scope, key string, status int, body []byte, requestID string) error
+	// EndRequest commits ctx's transaction or rolls it back.
+	EndRequest(ctx context.Context, commit bool) error
+}
+
 // Deps are what the API needs.
 type Deps struct {
 	Service *payments.Service
-	Store   *postgres.Store // idempotency records
+	Store   Store // idempotency records
 	Limiter *ratelimit.Limiter
 	Log     *slog.Logger
 	Now     payments.Clock
 	Pages   *hosted.Pages // hosted checkout and sandbox pages, when served
 	Secrets *secrets.Box  // seals stored idempotent responses (they may hold a client secret)
+	// Crash, for tests only, is called at each crash point of an idempotent
+	// request (CrashAfterChange …) and may kill the process there; nil
+	// costs one comparison.
+	Crash func(point string)
 }
 
 // Server holds the handlers' dependencies.
 type Server struct {
 	svc     *payments.Service
-	store   *postgres.Store
+	store   Store
 	limiter *ratelimit.Limiter
 	log     *slog.Logger
 	now     payments.Clock
 	box     *secrets.Box
+	crash   func(point string)
+	wait    time.Duration // idempotencyWait; shorter in tests
 }
 
 // New returns the API's http.Handler.
@@ -57,7 +80,7 @@ func New(d Deps) http.Handler {
 	if d.Secrets == nil {
 		panic("httpapi: Deps.Secrets is required")
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now, box: d.Secrets}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now, box: d.Secrets, crash: d.Crash, wait: idempotencyWait}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

@@ -7,76 +7,118 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lib/pq"
+
 	"paysvc/internal/payments"
 )
 
-// IdempotencyRecord is a stored Idempotency-Key. Status is 0 while the first
-// request with the key is still in flight.
-type IdempotencyRecord struct {
-	RequestHash []byte         `db:"request_hash"`
-	Status      sql.NullInt32  `db:"status"`
-	Response    []byte         `db:"response"`
-	RequestID   sql.NullString `db:"request_id"`
-	Owned       bool           `db:"owned"`
+// An idempotent POST runs in one transaction, the request's: the key is
+// claimed in it (BeginIdempotent), the handler's store calls join it
+// (inTx as a savepoint, single statements through s.q), the response is
+// written under the key in it (SaveIdempotent) and it commits once
+// (EndRequest). A process killed at any instant therefore leaves either
+// nothing — PostgreSQL rolls back the transaction of a dropped connection,
+// and the retry runs afresh — or the change together with its stored
+// response, which the retry replays. No claim is ever committed without its
+// response, so no claim can go stale and nothing waits for one to.
+
+// legacyClaimStale is how old a committed claim without a response must be
+// before a request takes it over. Only versions before the request
+// transaction committed such claims (they stored the response after the
+// change's commit); one of them still in flight during a rolling deploy is
+// waited for, one that died is taken over after this long, as they did.
+const legacyClaimStale = 30 * time.Second
+
+// BeginIdempotent opens the request's transaction and claims key in it for
+// the request hashed hash. When the key is new (or expired), the claim is
+// the caller's: ctx carries the transaction, in which every store method
+// called with it runs, and the caller must SaveIdempotent and EndRequest
+// (or EndRequest(false) alone). When the key is already stored, its record
+// comes back and no transaction stays open.
+//
+// A request racing an in-flight one with the same key blocks on the key's
+// unique index until that one commits (then it gets its record) or rolls
+// back (then the claim is its own). It waits at most wait, then gets
+// payments.ErrKeyInFlight.
+func (s *Store) BeginIdempotent(ctx context.Context, sc payments.Scope, key string, hash []byte, now time.Time, ttl, wait time.Duration) (context.Context, *payments.StoredResponse, error) {
+	if err := s.acquireRequestSlot(ctx); err != nil {
+		return ctx, nil, err
+	}
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		s.releaseRequestSlot()
+		return ctx, nil, fmt.Errorf("begin: %w", err)
+	}
+	rt := &requestTx{tx: tx}
+	rctx := context.WithValue(ctx, requestTxKey{}, rt)
+	rec, err := s.claim(rctx, rt, sc, key, hash, now, ttl, wait)
+	if err != nil || rec != nil {
+		s.EndRequest(rctx, false) //nolint:errcheck // a rollback
+		return ctx, rec, err
+	}
+	return rctx, nil, nil
 }
 
-// BeginIdempotent claims key for a request. When the key is new, or its
-// owner has held it in flight longer than staleAfter (a crashed process),
-// the caller owns it (Owned true) and must Complete or Release it. Otherwise
-// the existing record is returned for the caller to compare and replay.
-func (s *Store) BeginIdempotent(ctx context.Context, sc payments.Scope, key string, hash []byte, now time.Time, ttl, staleAfter time.Duration) (IdempotencyRecord, error) {
-	// The conditional DO UPDATE takes over only a stale in-flight claim of
-	// the same request, or an expired record; otherwise no row is returned.
-	const q = `INSERT INTO idempotency_keys AS k (merchant_id, livemode, key, request_hash, locked_at, expires_at)
-	VALUES ($1, $2, $3, $4, $5, $6)
+// claim inserts the key's row in the request's transaction. The lock
+// timeout bounds the wait on an in-flight claim of the same key; it is set
+// by the statement itself (set_config in lt, read before the insert) and
+// put back by its RETURNING, so it costs no round trip and no other
+// statement of the request inherits it. A conflict with a stored record
+// returns no row, and the record is read in a second statement, whose
+// snapshot sees what the first request committed.
+func (s *Store) claim(ctx context.Context, rt *requestTx, sc payments.Scope, key string, hash []byte, now time.Time, ttl, wait time.Duration) (*payments.StoredResponse, error) {
+	const q = `WITH lt AS (
+		SELECT current_setting('lock_timeout') AS prev, set_config('lock_timeout', $8, true) AS cur
+	)
+	INSERT INTO idempotency_keys AS k (merchant_id, livemode, key, request_hash, locked_at, expires_at)
+	SELECT $1, $2, $3, $4, $5, $6 FROM lt
 	ON CONFLICT (merchant_id, livemode, key) DO UPDATE SET request_hash = EXCLUDED.request_hash,
 		status = NULL, response = NULL, request_id = NULL, locked_at = EXCLUDED.locked_at, expires_at = EXCLUDED.expires_at
-		WHERE (k.status IS NULL AND k.locked_at < $7 AND k.request_hash = EXCLUDED.request_hash)
-			OR k.expires_at < $5 -- expired but not pruned yet: a new key
-	RETURNING request_hash, status, response, request_id, true AS owned`
-	var r IdempotencyRecord
-	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, key, hash, now, now.Add(ttl), now.Add(-staleAfter))
-	if err == nil {
-		return r, nil
+		WHERE k.expires_at < $5 -- expired but not pruned yet: a new key
+			OR (k.status IS NULL AND k.locked_at < $7) -- see legacyClaimStale
+	RETURNING (SELECT set_config('lock_timeout', prev, true) FROM lt)`
+	var restored string
+	err := rt.tx.GetContext(ctx, &restored, q, sc.MerchantID, sc.Live, key, hash, now, now.Add(ttl),
+		now.Add(-legacyClaimStale), fmt.Sprintf("%dms", wait.Milliseconds()))
+	var pqErr *pq.Error
+	switch {
+	case err == nil:
+		return nil, nil // claimed
+	case errors.As(err, &pqErr) && pqErr.Code == "55P03": // lock_not_available
+		return nil, payments.ErrKeyInFlight
+	case !errors.Is(err, sql.ErrNoRows):
+		return nil, fmt.Errorf("claim idempotency key: %w", err)
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return r, fmt.Errorf("claim idempotency key: %w", err)
+	var r struct {
+		RequestHash []byte         `db:"request_hash"`
+		Status      sql.NullInt32  `db:"status"`
+		Response    []byte         `db:"response"`
+		RequestID   sql.NullString `db:"request_id"`
 	}
-	return s.IdempotencyRecord(ctx, sc, key)
-}
-
-// IdempotencyRecord reads a key's record; a missing one (released, or pruned)
-// comes back with Owned false and an empty hash.
-func (s *Store) IdempotencyRecord(ctx context.Context, sc payments.Scope, key string) (IdempotencyRecord, error) {
-	const q = `SELECT request_hash, status, response, request_id, false AS owned FROM idempotency_keys
+	const sel = `SELECT request_hash, status, response, request_id FROM idempotency_keys
 	WHERE merchant_id = $1 AND livemode = $2 AND key = $3`
-	var r IdempotencyRecord
-	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, key)
-	if errors.Is(err, sql.ErrNoRows) {
-		return IdempotencyRecord{}, nil
+	err = rt.tx.GetContext(ctx, &r, sel, sc.MerchantID, sc.Live, key)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !r.Status.Valid) {
+		return nil, payments.ErrKeyInFlight // pruned meanwhile, or a legacy claim: ask for a retry
 	}
 	if err != nil {
-		return r, fmt.Errorf("select idempotency key: %w", err)
+		return nil, fmt.Errorf("select idempotency key: %w", err)
 	}
-	return r, nil
+	return &payments.StoredResponse{RequestHash: r.RequestHash, Status: int(r.Status.Int32), Body: r.Response, RequestID: r.RequestID.String}, nil
 }
 
-// CompleteIdempotent stores the response of the owning request.
-func (s *Store) CompleteIdempotent(ctx context.Context, sc payments.Scope, key string, status int, body []byte, requestID string) error {
+// SaveIdempotent writes the response of the request that claimed key, in
+// the request's transaction (ctx's, from BeginIdempotent): it commits with
+// the change it answers, or not at all.
+func (s *Store) SaveIdempotent(ctx context.Context, sc payments.Scope, key string, status int, body []byte, requestID string) error {
+	rt := requestTxOf(ctx)
+	if rt == nil {
+		return errors.New("save idempotent response: no request transaction")
+	}
 	const q = `UPDATE idempotency_keys SET status = $4, response = $5, request_id = $6
 	WHERE merchant_id = $1 AND livemode = $2 AND key = $3`
-	if _, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, key, status, body, requestID); err != nil {
+	if _, err := rt.tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, key, status, body, requestID); err != nil {
 		return fmt.Errorf("store idempotent response: %w", err)
-	}
-	return nil
-}
-
-// ReleaseIdempotent forgets a key whose request failed on the server side, so
-// that a retry with the same key runs again.
-func (s *Store) ReleaseIdempotent(ctx context.Context, sc payments.Scope, key string) error {
-	const q = `DELETE FROM idempotency_keys WHERE merchant_id = $1 AND livemode = $2 AND key = $3 AND status IS NULL`
-	if _, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, key); err != nil {
-		return fmt.Errorf("release idempotency key: %w", err)
 	}
 	return nil
 }

@@ -110,7 +110,7 @@ func nonNilMap(m map[string]string) map[string]string {
 
 // CreateIntent inserts an embedded payment intent.
 func (s *Store) CreateIntent(ctx context.Context, sc payments.Scope, pi payments.PaymentIntent) error {
-	return insertIntent(ctx, s.db, sc, pi)
+	return insertIntent(ctx, &s.q, sc, pi)
 }
 
 // IntentByID reads a payment by id alone with its scope, for the sandbox's

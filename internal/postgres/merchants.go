@@ -72,10 +72,13 @@ func (s *Store) UnsuspendMerchant(ctx context.Context, id string, now time.Time)
 
 // lockMerchant takes the merchant's row lock: it serializes key creation and
 // violation counting per merchant so that concurrent requests cannot both
-// slip under a limit.
+// slip under a limit. NO KEY UPDATE, because it need not block the foreign
+// key checks of rows that reference the merchant: inside an idempotent
+// request the lock lasts until the request commits, and the sandbox's
+// account upsert, on a connection of its own, must not wait for it.
 func lockMerchant(ctx context.Context, tx *txn, id string) error {
 	var got string
-	err := tx.GetContext(ctx, &got, `SELECT id FROM merchants WHERE id = $1 FOR UPDATE`, id)
+	err := tx.GetContext(ctx, &got, `SELECT id FROM merchants WHERE id = $1 FOR NO KEY UPDATE`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return errNoMerchant(id)
 	}

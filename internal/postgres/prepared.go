@@ -14,6 +14,12 @@ import (
 // skips PostgreSQL's parse and plan on every call: on a small machine where
 // the database's CPU is the limit, that is most of a simple query's cost.
 // It offers sqlx.DB's query methods, so call sites read the same.
+//
+// With the context of an idempotent request (requestTx) the query runs in
+// the request's transaction instead, on its connection: on the pool's
+// statement when there is one (database/sql prepares it once on that
+// connection and keeps it there), else unprepared — preparing it for the
+// pool would take a second connection while the request holds one.
 type prepared struct {
 	db    *sqlx.DB
 	stmts sync.Map // query text → *sqlx.Stmt
@@ -34,7 +40,22 @@ func (p *prepared) stmt(ctx context.Context, query string) (*sqlx.Stmt, error) {
 	return st, nil
 }
 
+// inRequest returns the statement to run query with in the request's
+// transaction, or nil to run it there unprepared.
+func (p *prepared) inRequest(ctx context.Context, rt *requestTx, query string) *sqlx.Stmt {
+	if st, ok := p.stmts.Load(query); ok {
+		return rt.tx.StmtxContext(ctx, st.(*sqlx.Stmt))
+	}
+	return nil
+}
+
 func (p *prepared) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+	if rt := requestTxOf(ctx); rt != nil {
+		if st := p.inRequest(ctx, rt, query); st != nil {
+			return st.GetContext(ctx, dest, args...)
+		}
+		return rt.tx.GetContext(ctx, dest, query, args...)
+	}
 	st, err := p.stmt(ctx, query)
 	if err != nil {
 		return err
@@ -43,6 +64,12 @@ func (p *prepared) GetContext(ctx context.Context, dest any, query string, args 
 }
 
 func (p *prepared) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
+	if rt := requestTxOf(ctx); rt != nil {
+		if st := p.inRequest(ctx, rt, query); st != nil {
+			return st.SelectContext(ctx, dest, args...)
+		}
+		return rt.tx.SelectContext(ctx, dest, query, args...)
+	}
 	st, err := p.stmt(ctx, query)
 	if err != nil {
 		return err
@@ -51,6 +78,12 @@ func (p *prepared) SelectContext(ctx context.Context, dest any, query string, ar
 }
 
 func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if rt := requestTxOf(ctx); rt != nil {
+		if st := p.inRequest(ctx, rt, query); st != nil {
+			return st.ExecContext(ctx, args...)
+		}
+		return rt.tx.ExecContext(ctx, query, args...)
+	}
 	st, err := p.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -61,6 +94,12 @@ func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (
 // The sqlx.QueryerContext methods, for helpers shared with transactions.
 
 func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if rt := requestTxOf(ctx); rt != nil {
+		if st := p.inRequest(ctx, rt, query); st != nil {
+			return st.QueryContext(ctx, args...)
+		}
+		return rt.tx.QueryContext(ctx, query, args...)
+	}
 	st, err := p.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -69,6 +108,12 @@ func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) 
 }
 
 func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
+	if rt := requestTxOf(ctx); rt != nil {
+		if st := p.inRequest(ctx, rt, query); st != nil {
+			return st.QueryxContext(ctx, args...)
+		}
+		return rt.tx.QueryxContext(ctx, query, args...)
+	}
 	st, err := p.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -77,6 +122,12 @@ func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any)
 }
 
 func (p *prepared) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
+	if rt := requestTxOf(ctx); rt != nil {
+		if st := p.inRequest(ctx, rt, query); st != nil {
+			return st.QueryRowxContext(ctx, args...)
+		}
+		return rt.tx.QueryRowxContext(ctx, query, args...)
+	}
 	st, err := p.stmt(ctx, query)
 	if err != nil {
 		// sqlx.Row carries its error; build one through a query that fails

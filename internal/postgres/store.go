@@ -26,6 +26,12 @@ type Store struct {
 	// refunds to execute …), after it commits; it enqueues them. Losing the
 	// call loses nothing: each job is a row the scheduler's relay finds.
 	onCommit func(ctx context.Context, jobs []payments.Job)
+	// requestSlots bounds the open request transactions (BeginIdempotent)
+	// below the pool's size. A request holds its transaction's connection
+	// to the end and may need one more meanwhile (the sandbox's account
+	// upsert uses the pool): were every connection held by a request
+	// waiting for another, none would ever come back.
+	requestSlots chan struct{}
 }
 
 // OnCommit sets the hook told of new jobs after their transaction commits.
@@ -41,6 +47,9 @@ type txn struct {
 func New(db *sqlx.DB) *Store {
 	s := &Store{db: db}
 	s.q.db = db
+	if n := db.Stats().MaxOpenConnections; n > 0 {
+		s.requestSlots = make(chan struct{}, max(1, n-max(1, n/4)))
+	}
 	return s
 }
 
@@ -78,8 +87,13 @@ func Open(ctx context.Context, dsn string, maxConns int) (*sqlx.DB, error) {
 // DB returns the underlying handle, for health checks.
 func (s *Store) DB() *sqlx.DB { return s.db }
 
-// inTx runs fn in a transaction, committing when it returns nil.
+// inTx runs fn in a transaction, committing when it returns nil. Within an
+// idempotent request (ctx from BeginIdempotent) it joins the request's
+// transaction instead (requestTx.savepoint).
 func (s *Store) inTx(ctx context.Context, fn func(tx *txn) error) error {
+	if rt := requestTxOf(ctx); rt != nil {
+		return rt.savepoint(ctx, fn)
+	}
 	sqltx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -96,6 +110,96 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *txn) error) error {
 		s.onCommit(ctx, tx.jobs)
 	}
 	return nil
+}
+
+// requestTx is the one transaction of an idempotent request, from
+// BeginIdempotent to EndRequest, carried in its context. Every query the
+// store runs with that context runs in it, on its connection: the change,
+// the reads around it and the stored response commit together, and a
+// request never waits for a second connection while holding one.
+type requestTx struct {
+	tx   *sqlx.Tx
+	jobs []payments.Job // of the savepoints that succeeded, enqueued after the commit
+	done bool
+}
+
+type requestTxKey struct{}
+
+// requestTxOf returns ctx's open request transaction, or nil.
+func requestTxOf(ctx context.Context) *requestTx {
+	rt, _ := ctx.Value(requestTxKey{}).(*requestTx)
+	if rt == nil || rt.done {
+		return nil
+	}
+	return rt
+}
+
+// savepoint runs fn under a savepoint of the request's transaction. An
+// error of fn rolls back fn's writes alone, as its own transaction would:
+// the request still answers (a 4xx such as insufficient_balance), and that
+// answer is stored under the key in the same transaction. The savepoint is
+// not released on success — the commit releases it, and RELEASE would cost
+// a round trip; a later savepoint of the same name hides it, and ROLLBACK
+// TO goes back to the latest one. fn's jobs wait for the request's commit.
+func (rt *requestTx) savepoint(ctx context.Context, fn func(tx *txn) error) error {
+	if _, err := rt.tx.ExecContext(ctx, `SAVEPOINT store`); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	tx := &txn{Tx: rt.tx}
+	if err := fn(tx); err != nil {
+		if _, rerr := rt.tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT store`); rerr != nil {
+			// The request's transaction is unusable now: its response
+			// cannot be stored, so the request fails as a whole.
+			return fmt.Errorf("rollback to savepoint after %v: %w", err, rerr)
+		}
+		return err
+	}
+	rt.jobs = append(rt.jobs, tx.jobs...)
+	return nil
+}
+
+// EndRequest ends the request transaction of ctx (from BeginIdempotent):
+// it commits it, then enqueues the jobs its change created, or rolls it
+// back (commit false), which also undoes the key's claim so a retry runs
+// again. Ending it twice, or a ctx without one, is a no-op.
+func (s *Store) EndRequest(ctx context.Context, commit bool) error {
+	rt := requestTxOf(ctx)
+	if rt == nil {
+		return nil
+	}
+	rt.done = true
+	defer s.releaseRequestSlot()
+	if !commit {
+		if err := rt.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+			return fmt.Errorf("rollback: %w", err)
+		}
+		return nil
+	}
+	if err := rt.tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if len(rt.jobs) > 0 && s.onCommit != nil {
+		s.onCommit(ctx, rt.jobs) // rt is done: nothing with ctx runs in it any more
+	}
+	return nil
+}
+
+func (s *Store) acquireRequestSlot(ctx context.Context) error {
+	if s.requestSlots == nil {
+		return nil
+	}
+	select {
+	case s.requestSlots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Store) releaseRequestSlot() {
+	if s.requestSlots != nil {
+		<-s.requestSlots
+	}
 }
 
 // jsonb is a JSON column value, as text (see Open).
