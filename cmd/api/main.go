@@ -23,7 +23,6 @@ import (
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/ratelimit"
-	"paysvc/internal/secrets"
 )
 
 const usage = `usage:
@@ -98,30 +97,19 @@ func serve(ctx context.Context) error {
 		return err
 	}
 	defer env.Close()
-	blocklist, err := payments.LoadBlocklist(env.Config.ContentBlocklistFile)
-	if err != nil {
-		return err
-	}
-	sb, err := env.Sandbox()
-	if err != nil {
-		return err
-	}
-	box, err := secrets.New(env.Config.SecretsKey)
+	d, err := env.Domain()
 	if err != nil {
 		return err
 	}
 	_, closeQueue := env.Enqueuer()
 	defer closeQueue()
-	svc := payments.NewService(env.Store, blocklist, time.Now,
-		payments.WithProcessor(sb), payments.WithSessionTTL(env.Config.CheckoutSessionTTL),
-		payments.WithSecrets(box), payments.WithEndpointCheck(env.EndpointCheck()))
 	api := httpapi.New(httpapi.Deps{
-		Service: svc,
+		Service: d.Service,
 		Store:   env.Store,
 		Limiter: ratelimit.New(env.Redis, env.Config.RateLimitPerHour),
 		Log:     env.Log,
-		Pages:   hosted.New(svc, sb, env.Log, time.Now),
-		Secrets: box,
+		Pages:   hosted.New(d.Service, d.Sandbox, env.Log),
+		Secrets: d.Secrets,
 		Crash:   crashHook,
 	})
 	srv := &http.Server{
@@ -190,7 +178,11 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 		return err
 	}
 	defer env.Close()
-	svc := payments.NewService(env.Store, nil, time.Now)
+	d, err := env.Domain()
+	if err != nil {
+		return err
+	}
+	svc := d.Service
 	enc := json.NewEncoder(stdout)
 
 	switch cmd {

@@ -15,8 +15,6 @@ import (
 
 	"paysvc/internal/admin"
 	"paysvc/internal/app"
-	"paysvc/internal/payments"
-	"paysvc/internal/secrets"
 	"paysvc/internal/tasks"
 	"paysvc/internal/webhook"
 	"paysvc/internal/worker"
@@ -39,7 +37,7 @@ func run(ctx context.Context) error {
 	}
 	defer env.Close()
 
-	box, err := secrets.New(env.Config.SecretsKey)
+	d, err := env.Domain()
 	if err != nil {
 		return err
 	}
@@ -59,15 +57,10 @@ func run(ctx context.Context) error {
 		Logger:                   app.AsynqLogger{Log: env.Log},
 	})
 	mux := asynq.NewServeMux()
-	sb, err := env.Sandbox()
-	if err != nil {
-		return err
-	}
-	svc := payments.NewService(env.Store, nil, time.Now, payments.WithSessionTTL(env.Config.CheckoutSessionTTL), payments.WithProcessor(sb))
-	(&worker.Handlers{Service: svc, Store: env.Store, Log: env.Log, Now: time.Now}).Register(mux)
+	(&worker.Handlers{Service: d.Service, Store: env.Store, Log: env.Log}).Register(mux)
 	(&worker.Deliverer{
 		Store:     env.Store,
-		Sealer:    box,
+		Sealer:    d.Secrets,
 		Client:    webhook.NewClient(webhook.Options{AllowPrivateNetworks: env.Config.WebhookAllowPrivateNetworks, InsecureTLS: env.Config.WebhookTLSInsecure}),
 		RetryBase: env.Config.WebhookRetryBase,
 		Log:       env.Log,

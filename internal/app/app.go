@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jmoiron/sqlx"
@@ -19,6 +20,7 @@ import (
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/processor/sandbox"
+	"paysvc/internal/secrets"
 	"paysvc/internal/tasks"
 	"paysvc/internal/webhook"
 	"paysvc/internal/worker"
@@ -117,6 +119,42 @@ func (e *Env) Sandbox() (*sandbox.Sandbox, error) {
 		return nil, fmt.Errorf("PROCESSOR=%s: only the sandbox processor is available in this version", e.Config.Processor)
 	}
 	return sandbox.New(e.DB, e.Config.PublicBaseURL).WithLatency(e.Config.SandboxRefundLatency), nil
+}
+
+// Domain is the Service and what beside it the hosted pages and the webhook
+// deliverer use too: the processor and the secrets box.
+type Domain struct {
+	Service *payments.Service
+	Sandbox *sandbox.Sandbox
+	Secrets *secrets.Box
+}
+
+// Domain builds the Service of the API, the CLI and the worker: one
+// constructor, so that the three cannot disagree on its options. It reads
+// the content blocklist, SECRETS_KEY, the processor (the sandbox, whose
+// merchants each get their own clock), the session TTL and the webhook URL
+// check from the configuration.
+func (e *Env) Domain() (*Domain, error) {
+	blocklist, err := payments.LoadBlocklist(e.Config.ContentBlocklistFile)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := e.Sandbox()
+	if err != nil {
+		return nil, err
+	}
+	box, err := secrets.New(e.Config.SecretsKey)
+	if err != nil {
+		return nil, err
+	}
+	opts := []payments.Option{
+		payments.WithProcessor(sb), payments.WithSessionTTL(e.Config.CheckoutSessionTTL),
+		payments.WithSecrets(box), payments.WithEndpointCheck(e.EndpointCheck()),
+	}
+	if e.Config.Processor == "sandbox" {
+		opts = append(opts, payments.WithSandboxClocks())
+	}
+	return &Domain{Service: payments.NewService(e.Store, blocklist, time.Now, opts...), Sandbox: sb, Secrets: box}, nil
 }
 
 // EndpointCheck is the registration check of webhook URLs for this config.

@@ -17,7 +17,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -38,18 +37,15 @@ type Pages struct {
 	svc     *payments.Service
 	sandbox *sandbox.Sandbox
 	log     *slog.Logger
-	now     payments.Clock
 }
 
-// New returns the hosted pages.
-func New(svc *payments.Service, sb *sandbox.Sandbox, log *slog.Logger, now payments.Clock) *Pages {
-	if now == nil {
-		now = time.Now
-	}
+// New returns the hosted pages. They read the time of each session's
+// merchant and mode on svc's Clock.
+func New(svc *payments.Service, sb *sandbox.Sandbox, log *slog.Logger) *Pages {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Pages{svc: svc, sandbox: sb, log: log, now: now}
+	return &Pages{svc: svc, sandbox: sb, log: log}
 }
 
 // Register adds the pages' routes to r.
@@ -155,10 +151,7 @@ func (p *Pages) view(cs payments.CheckoutSession, f checkoutForm, errs map[strin
 	}
 	// The page has no script, so each option states the total it leads to.
 	for _, o := range cs.ShippingOptions {
-		total := cs.AmountSubtotal + o.Amount
-		if cs.PassFees {
-			total = payments.GrossUp(cs.MerchantPlan, cs.Currency, total)
-		}
+		total := cs.TotalWith(cs.MerchantPlan, o.Amount)
 		v.Options = append(v.Options, optionView{Label: o.Label, Amount: formatMoney(o.Amount, cs.Currency), Total: formatMoney(total, cs.Currency)})
 	}
 	if f.Email == "" && cs.CustomerEmail != nil {
@@ -192,11 +185,7 @@ func (p *Pages) session(c *gin.Context) (payments.CheckoutSession, bool) {
 		}
 		return cs, false
 	}
-	status := cs.Status
-	if status == payments.SessionOpen && !p.now().Before(cs.ExpiresAt) {
-		status = payments.SessionExpired
-	}
-	if status != payments.SessionOpen {
+	if status := cs.StatusAt(p.svc.Now(c.Request.Context(), cs.Scope())); status != payments.SessionOpen {
 		p.message(c, http.StatusGone, closedMessage(status, cs))
 		return cs, false
 	}
@@ -233,7 +222,7 @@ func (p *Pages) parseCheckout(c *gin.Context, cs payments.CheckoutSession) (chec
 	if !digits.MatchString(card) || len(card) < 12 || len(card) > 19 {
 		errs["card_number"] = "Enter a card number of 12 to 19 digits."
 	}
-	now := p.now()
+	now := p.svc.Now(c.Request.Context(), cs.Scope()) // the card expires on the shop's clock
 	m, merr := strconv.Atoi(f.ExpMonth)
 	y, yerr := strconv.Atoi(f.ExpYear)
 	if y >= 0 && y < 100 {

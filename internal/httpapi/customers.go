@@ -6,23 +6,6 @@ import (
 	"paysvc/internal/payments"
 )
 
-type customerJSON struct {
-	ID       string            `json:"id"`
-	Email    *string           `json:"email"`
-	Name     *string           `json:"name"`
-	Phone    *string           `json:"phone"`
-	Metadata map[string]string `json:"metadata"`
-	Livemode bool              `json:"livemode"`
-	Created  int64             `json:"created"`
-}
-
-func customerOut(c payments.Customer) customerJSON {
-	return customerJSON{
-		ID: c.ID, Email: c.Email, Name: c.Name, Phone: c.Phone, Metadata: metadataOut(c.Metadata),
-		Livemode: c.Live, Created: c.Created.Unix(),
-	}
-}
-
 func (s *Server) createCustomer(c *gin.Context) (any, error) {
 	var in payments.CustomerInput
 	if err := bindJSON(c, &in); err != nil {
@@ -32,7 +15,7 @@ func (s *Server) createCustomer(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return customerOut(cu), nil
+	return cu.Object(), nil
 }
 
 func (s *Server) listCustomers(c *gin.Context) (any, error) {
@@ -44,7 +27,7 @@ func (s *Server) listCustomers(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return listOut(page, customerOut), nil
+	return payments.ListOf(page, payments.Customer.Object), nil
 }
 
 func (s *Server) getCustomer(c *gin.Context) (any, error) {
@@ -52,7 +35,7 @@ func (s *Server) getCustomer(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return customerOut(cu), nil
+	return cu.Object(), nil
 }
 
 func (s *Server) updateCustomer(c *gin.Context) (any, error) {
@@ -64,7 +47,7 @@ func (s *Server) updateCustomer(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return customerOut(cu), nil
+	return cu.Object(), nil
 }
 
 func (s *Server) deleteCustomer(c *gin.Context) (any, error) {

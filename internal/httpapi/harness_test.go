@@ -88,7 +88,7 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 	}
 	// No auth cache: tests change keys behind the service's back (SQL); the
 	// cache has its own test in internal/payments.
-	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(ttl), payments.WithAuthCacheTTL(0),
+	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(ttl), payments.WithAuthCacheTTL(0), payments.WithSandboxClocks(),
 		payments.WithSecrets(testBox), payments.WithEndpointCheck(func(ctx context.Context, u string) error {
 			return webhook.CheckURL(ctx, u, o.allowPrivateWebhooks)
 		}))
@@ -96,7 +96,7 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 		Service: svc,
 		Store:   store,
 		Limiter: ratelimit.New(testenv.Redis(t), o.ratePerHour),
-		Pages:   hosted.New(svc, sb, nil, time.Now),
+		Pages:   hosted.New(svc, sb, nil),
 		Secrets: testBox,
 	})
 	validatorOnce.Do(func() { validator, validatorErr = validate.New() })

@@ -6,70 +6,6 @@ import (
 	"paysvc/internal/payments"
 )
 
-type priceJSON struct {
-	ID          string  `json:"id"`
-	Amount      int64   `json:"amount"`
-	Currency    string  `json:"currency"`
-	TaxBehavior *string `json:"tax_behavior"`
-}
-
-type productJSON struct {
-	ID                  string            `json:"id"`
-	Name                string            `json:"name"`
-	Description         *string           `json:"description"`
-	Active              bool              `json:"active"`
-	Images              []string          `json:"images"`
-	URL                 *string           `json:"url"`
-	Metadata            map[string]string `json:"metadata"`
-	DefaultPrice        *priceJSON        `json:"default_price"`
-	Shippable           *bool             `json:"shippable"`
-	UnitLabel           *string           `json:"unit_label"`
-	StatementDescriptor *string           `json:"statement_descriptor"`
-	TaxCode             *string           `json:"tax_code"`
-	Livemode            bool              `json:"livemode"`
-	Created             int64             `json:"created"`
-}
-
-func productOut(p payments.Product) productJSON {
-	out := productJSON{
-		ID: p.ID, Name: p.Name, Description: p.Description, Active: p.Active, Images: nonNil(p.Images),
-		URL: p.URL, Metadata: metadataOut(p.Metadata), Shippable: p.Shippable, UnitLabel: p.UnitLabel,
-		StatementDescriptor: p.StatementDescriptor, TaxCode: p.TaxCode, Livemode: p.Live, Created: p.Created.Unix(),
-	}
-	if dp := p.DefaultPrice; dp != nil {
-		out.DefaultPrice = &priceJSON{ID: dp.ID, Amount: dp.Amount, Currency: dp.Currency, TaxBehavior: dp.TaxBehavior}
-	}
-	return out
-}
-
-// listJSON is the List shape of the spec.
-type listJSON[T any] struct {
-	Data    []T  `json:"data"`
-	HasMore bool `json:"has_more"`
-}
-
-func listOut[S, T any](p payments.Page[S], conv func(S) T) listJSON[T] {
-	out := listJSON[T]{Data: make([]T, 0, len(p.Data)), HasMore: p.HasMore}
-	for _, item := range p.Data {
-		out.Data = append(out.Data, conv(item))
-	}
-	return out
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}
-
-func metadataOut(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
-}
-
 func (s *Server) createProduct(c *gin.Context) (any, error) {
 	var in payments.ProductInput
 	if err := bindJSON(c, &in); err != nil {
@@ -79,7 +15,7 @@ func (s *Server) createProduct(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return productOut(p), nil
+	return p.Object(), nil
 }
 
 func (s *Server) listProducts(c *gin.Context) (any, error) {
@@ -91,7 +27,7 @@ func (s *Server) listProducts(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return listOut(page, productOut), nil
+	return payments.ListOf(page, payments.Product.Object), nil
 }
 
 func (s *Server) getProduct(c *gin.Context) (any, error) {
@@ -99,7 +35,7 @@ func (s *Server) getProduct(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return productOut(p), nil
+	return p.Object(), nil
 }
 
 func (s *Server) updateProduct(c *gin.Context) (any, error) {
@@ -111,7 +47,7 @@ func (s *Server) updateProduct(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return productOut(p), nil
+	return p.Object(), nil
 }
 
 func (s *Server) deleteProduct(c *gin.Context) (any, error) {

@@ -48,7 +48,7 @@ func (s *Server) listDisputes(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return listOut(page, payments.Dispute.Object), nil
+	return payments.ListOf(page, payments.Dispute.Object), nil
 }
 
 func (s *Server) getDispute(c *gin.Context) (any, error) {

@@ -48,7 +48,6 @@ type Deps struct {
 	Store   Store // idempotency records
 	Limiter *ratelimit.Limiter
 	Log     *slog.Logger
-	Now     payments.Clock
 	Pages   *hosted.Pages // hosted checkout and sandbox pages, when served
 	Secrets *secrets.Box  // seals stored idempotent responses (they may hold a client secret)
 	// Crash, for tests only, is called at each crash point of an idempotent
@@ -63,7 +62,7 @@ type Server struct {
 	store   Store
 	limiter *ratelimit.Limiter
 	log     *slog.Logger
-	now     payments.Clock
+	now     func() time.Time // idempotency records' time: base time, no merchant's
 	box     *secrets.Box
 	crash   func(point string)
 	wait    time.Duration // idempotencyWait; shorter in tests
@@ -71,16 +70,16 @@ type Server struct {
 
 // New returns the API's http.Handler.
 func New(d Deps) http.Handler {
-	if d.Now == nil {
-		d.Now = time.Now
-	}
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
 	if d.Secrets == nil {
 		panic("httpapi: Deps.Secrets is required")
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: d.Now, box: d.Secrets, crash: d.Crash, wait: idempotencyWait}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, crash: d.Crash, wait: idempotencyWait}
+	if d.Service != nil {
+		s.now = d.Service.Clock().Base
+	}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()

@@ -43,5 +43,5 @@ func (s *Server) listTestPayments(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return listOut(page, payments.PaymentIntent.Object), nil
+	return payments.ListOf(page, payments.PaymentIntent.Object), nil
 }

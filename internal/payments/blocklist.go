@@ -106,7 +106,7 @@ func (s *Service) screen(ctx context.Context, sc Scope, fields map[string]*strin
 		if text == nil || !s.blocklist.Match(*text) {
 			continue
 		}
-		now := s.now()
+		now := s.clock.Base()
 		suspended, err := s.store.RecordViolation(ctx, sc, field, now, now.Add(-violationWindow), violationThreshold)
 		if err != nil {
 			return fmt.Errorf("record content violation: %w", err)

@@ -16,6 +16,25 @@ type Customer struct {
 	Created  time.Time
 }
 
+// CustomerObject is a customer as the API returns it.
+type CustomerObject struct {
+	ID       string            `json:"id"`
+	Email    *string           `json:"email"`
+	Name     *string           `json:"name"`
+	Phone    *string           `json:"phone"`
+	Metadata map[string]string `json:"metadata"`
+	Livemode bool              `json:"livemode"`
+	Created  int64             `json:"created"`
+}
+
+// Object returns the customer's API shape.
+func (c Customer) Object() CustomerObject {
+	return CustomerObject{
+		ID: c.ID, Email: c.Email, Name: c.Name, Phone: c.Phone, Metadata: nonNilMap(c.Metadata),
+		Livemode: c.Live, Created: c.Created.Unix(),
+	}
+}
+
 // CustomerInput is the body of a customer create or update; nil means not given.
 type CustomerInput struct {
 	Email    *string       `json:"email"`
@@ -59,7 +78,7 @@ func (s *Service) CreateCustomer(ctx context.Context, sc Scope, in CustomerInput
 	if err := in.validate(true); err != nil {
 		return Customer{}, err
 	}
-	c := Customer{ID: NewID("cus_"), Metadata: map[string]string{}, Live: sc.Live, Created: s.now()}
+	c := Customer{ID: NewID("cus_"), Metadata: map[string]string{}, Live: sc.Live, Created: s.clock.Now(ctx, sc)}
 	in.apply(&c)
 	if err := s.store.CreateCustomer(ctx, sc, c); err != nil {
 		return Customer{}, err
@@ -82,16 +101,16 @@ func (s *Service) UpdateCustomer(ctx context.Context, sc Scope, id string, in Cu
 	if err := in.validate(false); err != nil {
 		return Customer{}, err
 	}
-	return s.store.UpdateCustomer(ctx, sc, id, func(c *Customer) error {
+	return s.store.UpdateCustomer(ctx, sc, id, func(c *Customer) (Effects, error) {
 		in.apply(c)
-		return checkMetadata(c.Metadata)
+		return Effects{}, checkMetadata(c.Metadata)
 	})
 }
 
 // DeleteCustomer deletes a customer: it answers 404 from then on.
 // Codes: customer_not_found.
 func (s *Service) DeleteCustomer(ctx context.Context, sc Scope, id string) (Deleted, error) {
-	if err := s.store.DeleteCustomer(ctx, sc, id, s.now()); err != nil {
+	if err := s.store.DeleteCustomer(ctx, sc, id, s.clock.Now(ctx, sc)); err != nil {
 		return Deleted{}, err
 	}
 	return Deleted{ID: id, Deleted: true}, nil

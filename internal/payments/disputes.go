@@ -137,7 +137,7 @@ func (s *Service) UpdateEvidence(ctx context.Context, sc Scope, id string, in Ev
 	if err := in.validate(); err != nil {
 		return Dispute{}, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	return s.store.UpdateDispute(ctx, sc, id, func(d *Dispute) (Effects, error) {
 		if d.SubmittedAt != nil || d.Status != DisputeNeedsResponse {
 			return Effects{}, Errorf(ValidationError, "Evidence for dispute %s has already been submitted and can no longer change.", d.ID)
@@ -166,7 +166,7 @@ func (s *Service) UpdateEvidence(ctx context.Context, sc Scope, id string, in Ev
 // ApplyProcessorEvent applies a stored processor event once; an event
 // applied already is a no-op.
 func (s *Service) ApplyProcessorEvent(ctx context.Context, sc Scope, id string) error {
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	return s.store.ApplyProcessorEvent(ctx, sc, id, func(ev ProcessorEvent, pi *PaymentIntent) (*Dispute, Effects, error) {
 		if ev.Type != ProcessorDisputeCreated {
 			return nil, Effects{}, nil // a type this version does not act on
@@ -223,15 +223,15 @@ func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Disput
 	if err != nil {
 		return d, err
 	}
-	now := s.now()
-	return s.store.RecordEvidenceSent(ctx, sc, id, func(d *Dispute) Effects {
+	now := s.clock.Now(ctx, sc)
+	return s.store.RecordEvidenceSent(ctx, sc, id, func(d *Dispute) (Effects, error) {
 		if d.Status != DisputeUnderReview {
-			return Effects{}
+			return Effects{}, nil
 		}
 		if decision.Status != DisputeWon && decision.Status != DisputeLost {
-			return Effects{} // still under review
+			return Effects{}, nil // still under review
 		}
-		return d.close(decision.Status, now)
+		return d.close(decision.Status, now), nil
 	})
 }
 
@@ -239,8 +239,7 @@ func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Disput
 // their evidence_due_by as lost, as card networks do, each with
 // charge.dispute.closed; at most limit at a time. It returns how many.
 func (s *Service) CloseOverdueDisputes(ctx context.Context, limit int) (int, error) {
-	now := s.now()
-	return s.store.CloseOverdueDisputes(ctx, now, limit, func(d *Dispute) Effects {
-		return d.close(DisputeLost, now)
+	return s.store.CloseOverdueDisputes(ctx, s.clock.Base(), limit, func(d *Dispute, now time.Time) (Effects, error) {
+		return d.close(DisputeLost, now), nil
 	})
 }

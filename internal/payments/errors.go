@@ -38,6 +38,16 @@ const (
 	MaxKeysReached            Code = "max_keys_reached"
 )
 
+// Codes lists every Code above, for the test that each has an HTTP status
+// (internal/httpapi); a test of this package checks that it lists them all.
+var Codes = []Code{
+	Unauthorized, KeyRevoked, KeyExpired, RateLimitExceeded, ValidationError, InvalidURL, InvalidInterval,
+	ProductNotFound, CustomerNotFound, SessionNotFound, PaymentNotFound, SubscriptionNotFound,
+	RefundNotAllowed, AlreadyRefunded, RefundAmountTooLarge, InsufficientBalance, BalanceVerificationFailed,
+	EndpointNotFound, ProcessorError, InternalError, PayloadTooLarge, ProhibitedContent, WebhookURLMustBeHTTPS,
+	KeyCreationRateExceeded, MaxKeysReached,
+}
+
 // Error is a failure the client can act on: its Code and Msg are sent in the
 // error envelope; Err, the cause, is only logged.
 type Error struct {

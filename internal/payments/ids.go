@@ -2,7 +2,6 @@ package payments
 
 import (
 	"crypto/rand"
-	"time"
 )
 
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -48,6 +47,3 @@ func (s Scope) Mode() string {
 	}
 	return "test"
 }
-
-// Clock returns the current time; tests replace it.
-type Clock func() time.Time

@@ -100,7 +100,7 @@ func (s *Service) CreateIntent(ctx context.Context, sc Scope, in IntentInput) (I
 	if err != nil {
 		return IntentCreated{}, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	pi := PaymentIntent{
 		ID: NewID("pi_"), Live: sc.Live, Amount: *in.Amount, Currency: cur, Status: IntentRequiresPaymentMethod,
 		CustomerEmail: in.CustomerEmail, Description: in.Description, Metadata: mergeMetadata(nil, in.Metadata),
@@ -184,7 +184,7 @@ func (s *Service) RecordIntentOutcome(ctx context.Context, id string, o processo
 		if pi.Status == IntentSucceeded {
 			return Effects{}, ErrAlreadyPaid
 		}
-		now := s.now()
+		now := s.clock.Now(ctx, sc)
 		if !o.Succeeded {
 			pi.decline(o)
 			return Effects{Events: []Event{newEvent(EventPaymentFailed, pi.Object(), now)}}, nil

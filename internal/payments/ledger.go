@@ -103,13 +103,13 @@ func (s *Service) PayoutAll(ctx context.Context, sc Scope, currency string) (Mon
 	if _, err := s.store.MerchantPlan(ctx, sc.MerchantID); err != nil {
 		return Money{}, err // no such merchant
 	}
-	now := s.now()
-	return s.store.Payout(ctx, sc, currency, func(b Balance) (Effects, int64) {
+	now := s.clock.Now(ctx, sc)
+	return s.store.Payout(ctx, sc, currency, func(b Balance) (Effects, error) {
 		amount := b.Available()
 		if amount <= 0 {
-			return Effects{}, 0
+			return Effects{}, nil
 		}
-		return Effects{Ledger: []LedgerEntry{newEntry(LedgerPayout, -amount, b.Currency, NewID("po_"), now)}}, amount
+		return Effects{Ledger: []LedgerEntry{newEntry(LedgerPayout, -amount, b.Currency, NewID("po_"), now)}}, nil
 	})
 }
 

@@ -33,6 +33,48 @@ type Price struct {
 	Created     time.Time
 }
 
+// PriceObject is a price as the API returns it (a product's default_price).
+type PriceObject struct {
+	ID          string  `json:"id"`
+	Amount      int64   `json:"amount"`
+	Currency    string  `json:"currency"`
+	TaxBehavior *string `json:"tax_behavior"`
+}
+
+// ProductObject is a product as the API returns it.
+type ProductObject struct {
+	ID                  string            `json:"id"`
+	Name                string            `json:"name"`
+	Description         *string           `json:"description"`
+	Active              bool              `json:"active"`
+	Images              []string          `json:"images"`
+	URL                 *string           `json:"url"`
+	Metadata            map[string]string `json:"metadata"`
+	DefaultPrice        *PriceObject      `json:"default_price"`
+	Shippable           *bool             `json:"shippable"`
+	UnitLabel           *string           `json:"unit_label"`
+	StatementDescriptor *string           `json:"statement_descriptor"`
+	TaxCode             *string           `json:"tax_code"`
+	Livemode            bool              `json:"livemode"`
+	Created             int64             `json:"created"`
+}
+
+// Object returns the product's API shape.
+func (p Product) Object() ProductObject {
+	o := ProductObject{
+		ID: p.ID, Name: p.Name, Description: p.Description, Active: p.Active, Images: p.Images,
+		URL: p.URL, Metadata: nonNilMap(p.Metadata), Shippable: p.Shippable, UnitLabel: p.UnitLabel,
+		StatementDescriptor: p.StatementDescriptor, TaxCode: p.TaxCode, Livemode: p.Live, Created: p.Created.Unix(),
+	}
+	if o.Images == nil {
+		o.Images = []string{}
+	}
+	if dp := p.DefaultPrice; dp != nil {
+		o.DefaultPrice = &PriceObject{ID: dp.ID, Amount: dp.Amount, Currency: dp.Currency, TaxBehavior: dp.TaxBehavior}
+	}
+	return o
+}
+
 // PriceInput is the price of a product create or update.
 type PriceInput struct {
 	Amount      *int64  `json:"amount"`
@@ -155,7 +197,7 @@ func (s *Service) CreateProduct(ctx context.Context, sc Scope, in ProductInput) 
 	if err := s.screen(ctx, sc, map[string]*string{"name": in.Name, "description": in.Description}); err != nil {
 		return Product{}, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	p := Product{ID: NewID("prod_"), Active: true, Images: []string{}, Metadata: map[string]string{}, Live: sc.Live, Created: now}
 	in.apply(&p, now)
 	if err := s.store.CreateProduct(ctx, sc, p); err != nil {
@@ -183,18 +225,19 @@ func (s *Service) UpdateProduct(ctx context.Context, sc Scope, id string, in Pro
 	if err := s.screen(ctx, sc, map[string]*string{"name": in.Name, "description": in.Description}); err != nil {
 		return Product{}, err
 	}
-	return s.store.UpdateProduct(ctx, sc, id, func(p *Product) error {
-		in.apply(p, s.now())
-		return checkMetadata(p.Metadata) // the merge may have grown it
+	now := s.clock.Now(ctx, sc)
+	return s.store.UpdateProduct(ctx, sc, id, func(p *Product) (Effects, error) {
+		in.apply(p, now)
+		return Effects{}, checkMetadata(p.Metadata) // the merge may have grown it
 	})
 }
 
 // ArchiveProduct is DELETE: the product stays readable with active false and
 // can no longer be sold. Codes: product_not_found.
 func (s *Service) ArchiveProduct(ctx context.Context, sc Scope, id string) (Deleted, error) {
-	_, err := s.store.UpdateProduct(ctx, sc, id, func(p *Product) error {
+	_, err := s.store.UpdateProduct(ctx, sc, id, func(p *Product) (Effects, error) {
 		p.Active = false
-		return nil
+		return Effects{}, nil
 	})
 	if err != nil {
 		return Deleted{}, err

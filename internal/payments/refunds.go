@@ -128,28 +128,28 @@ func (s *Service) CreateRefund(ctx context.Context, sc Scope, in RefundInput) (R
 	if err != nil {
 		return Refund{}, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	ref.KeySince = now.Add(-IdempotencyTTL)
-	return s.store.CreateRefund(ctx, sc, ref, func(pi PaymentIntent) (Refund, []Job, error) {
+	return s.store.CreateRefund(ctx, sc, ref, func(pi PaymentIntent, r *Refund) (Effects, error) {
 		if pi.DisputeID != nil {
-			return Refund{}, nil, Errorf(RefundNotAllowed, "Payment %s is disputed and cannot be refunded.", pi.ID)
+			return Effects{}, Errorf(RefundNotAllowed, "Payment %s is disputed and cannot be refunded.", pi.ID)
 		}
 		remaining := pi.Refundable()
 		if remaining <= 0 {
-			return Refund{}, nil, Errorf(AlreadyRefunded, "Payment %s has already been fully refunded.", pi.ID)
+			return Effects{}, Errorf(AlreadyRefunded, "Payment %s has already been fully refunded.", pi.ID)
 		}
 		amount := remaining
 		if in.Amount != nil {
 			amount = *in.Amount
 		}
 		if amount > remaining {
-			return Refund{}, nil, Errorf(RefundAmountTooLarge, "Refund amount %d exceeds the %d that remains refundable on payment %s.", amount, remaining, pi.ID)
+			return Effects{}, Errorf(RefundAmountTooLarge, "Refund amount %d exceeds the %d that remains refundable on payment %s.", amount, remaining, pi.ID)
 		}
-		r := Refund{
+		*r = Refund{
 			ID: NewID("re_"), Live: sc.Live, PaymentIntentID: pi.ID, SessionID: pi.SessionID, Amount: amount,
 			Currency: pi.Currency, Reason: in.Reason, Status: RefundPending, Created: now,
 		}
-		return r, []Job{{Kind: JobExecuteRefund, ID: r.ID, MerchantID: sc.MerchantID, Live: sc.Live}}, nil
+		return Effects{Jobs: []Job{{Kind: JobExecuteRefund, ID: r.ID, MerchantID: sc.MerchantID, Live: sc.Live}}}, nil
 	})
 }
 
@@ -198,7 +198,7 @@ func (s *Service) ExecuteRefund(ctx context.Context, sc Scope, id string) (Refun
 	case err != nil:
 		return r, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	return s.store.FinishRefund(ctx, sc, id, func(r *Refund, pi *PaymentIntent) (Effects, error) {
 		if r.Status != RefundPending {
 			return Effects{}, nil // finished by a run that raced this one

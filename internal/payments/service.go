@@ -18,7 +18,10 @@ type Store interface {
 	UnsuspendMerchant(ctx context.Context, id string, now time.Time) (Merchant, error)
 	CreateKey(ctx context.Context, k APIKey, hash []byte, check func(KeyCounts) error) error
 	RevokeKey(ctx context.Context, id string, now time.Time) (APIKey, error)
+	// KeyByHash reads a key with its merchant's suspension and the offset
+	// of its scope's sandbox clock.
 	KeyByHash(ctx context.Context, hash []byte) (KeyAuth, error)
+	ClockOffsets
 	// RecordViolation stores a content violation and suspends the merchant
 	// when, counting it, at least threshold happened since `since`.
 	RecordViolation(ctx context.Context, sc Scope, field string, now, since time.Time, threshold int) (suspended bool, err error)
@@ -26,14 +29,15 @@ type Store interface {
 	CreateProduct(ctx context.Context, sc Scope, p Product) error
 	Product(ctx context.Context, sc Scope, id string) (Product, error)
 	Products(ctx context.Context, sc Scope, lp ListParams) (Page[Product], error)
-	// UpdateProduct runs fn on the locked product and saves it; a DefaultPrice
-	// with a new id is inserted as a new price.
-	UpdateProduct(ctx context.Context, sc Scope, id string, fn func(*Product) error) (Product, error)
+	// UpdateProduct runs fn on the locked product and saves it with fn's
+	// effects; a DefaultPrice with a new id is inserted as a new price.
+	UpdateProduct(ctx context.Context, sc Scope, id string, fn func(*Product) (Effects, error)) (Product, error)
 
 	CreateCustomer(ctx context.Context, sc Scope, c Customer) error
 	Customer(ctx context.Context, sc Scope, id string) (Customer, error)
 	Customers(ctx context.Context, sc Scope, lp ListParams) (Page[Customer], error)
-	UpdateCustomer(ctx context.Context, sc Scope, id string, fn func(*Customer) error) (Customer, error)
+	// UpdateCustomer runs fn on the locked customer and saves it with fn's effects.
+	UpdateCustomer(ctx context.Context, sc Scope, id string, fn func(*Customer) (Effects, error)) (Customer, error)
 	DeleteCustomer(ctx context.Context, sc Scope, id string, now time.Time) error
 
 	MerchantPlan(ctx context.Context, merchantID string) (Plan, error)
@@ -46,8 +50,10 @@ type Store interface {
 	// PayCheckout locks the session and its payment (zero when it has none
 	// yet), runs fn and saves both with fn's events, in one transaction.
 	PayCheckout(ctx context.Context, sessionID string, fn func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) (Effects, error)) (CheckoutSession, error)
-	// ExpireSessions closes open sessions whose expiry is before now.
-	ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(*CheckoutSession) []Event) (int, error)
+	// ExpireSessions runs fn on open sessions whose expiry has come on
+	// their scope's clock (now, the clock's base, plus the scope's sandbox
+	// offset), passing fn that time, and saves them with fn's events.
+	ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(cs *CheckoutSession, now time.Time) (Effects, error)) (int, error)
 
 	CreateIntent(ctx context.Context, sc Scope, pi PaymentIntent) error
 	// UpdateIntentByID locks a payment found by id alone (the sandbox's
@@ -59,18 +65,20 @@ type Store interface {
 
 	// CreateRefund locks the payment ref names (payment_not_found unless it
 	// is the scope's and succeeded), runs fn, and inserts the refund fn
-	// returns with its amount reserved from the balance of its currency:
+	// fills in, with fn's effects and its amount reserved from the balance
+	// of its currency:
 	// insufficient_balance when the available amount cannot cover it,
 	// balance_verification_failed when the balance cannot be read. A refund
 	// already made under ref.IdempotencyKey is returned instead.
-	CreateRefund(ctx context.Context, sc Scope, ref PaymentRef, fn func(pi PaymentIntent) (Refund, []Job, error)) (Refund, error)
+	CreateRefund(ctx context.Context, sc Scope, ref PaymentRef, fn func(pi PaymentIntent, r *Refund) (Effects, error)) (Refund, error)
 	Refund(ctx context.Context, sc Scope, id string) (Refund, error)
 	// FinishRefund locks the refund and its payment, runs fn and saves both
 	// with fn's effects.
 	FinishRefund(ctx context.Context, sc Scope, id string, fn func(r *Refund, pi *PaymentIntent) (Effects, error)) (Refund, error)
 	// Payout locks the balance of currency (the scope's only one when
-	// empty), runs fn and writes its effects; fn returns the amount paid.
-	Payout(ctx context.Context, sc Scope, currency string, fn func(Balance) (Effects, int64)) (Money, error)
+	// empty), runs fn and writes its effects; it returns what fn's ledger
+	// entries take out of the balance.
+	Payout(ctx context.Context, sc Scope, currency string, fn func(Balance) (Effects, error)) (Money, error)
 	Balances(ctx context.Context, sc Scope) ([]Balance, error)
 
 	Dispute(ctx context.Context, sc Scope, id string) (Dispute, error)
@@ -78,10 +86,12 @@ type Store interface {
 	UpdateDispute(ctx context.Context, sc Scope, id string, fn func(d *Dispute) (Effects, error)) (Dispute, error)
 	// RecordEvidenceSent locks the dispute, marks its evidence sent, runs fn
 	// and saves it with fn's effects.
-	RecordEvidenceSent(ctx context.Context, sc Scope, id string, fn func(d *Dispute) Effects) (Dispute, error)
+	RecordEvidenceSent(ctx context.Context, sc Scope, id string, fn func(d *Dispute) (Effects, error)) (Dispute, error)
 	// CloseOverdueDisputes runs fn on disputes needing a response whose
-	// evidence was due before now, and saves them with fn's effects.
-	CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(d *Dispute) Effects) (int, error)
+	// evidence was due before their scope's time (now, the clock's base,
+	// plus the scope's sandbox offset), passing fn that time, and saves them
+	// with fn's effects.
+	CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(d *Dispute, now time.Time) (Effects, error)) (int, error)
 	// ApplyProcessorEvent locks an unapplied processor event and its
 	// payment, runs fn, inserts the dispute fn returns (if any), saves the
 	// payment with fn's effects and marks the event applied.
@@ -98,7 +108,7 @@ type Store interface {
 type Service struct {
 	store      Store
 	blocklist  *Blocklist
-	now        Clock
+	clock      *Clock
 	proc       processor.Processor
 	sessionTTL time.Duration
 	sealer     Sealer
@@ -116,17 +126,27 @@ func WithProcessor(p processor.Processor) Option { return func(s *Service) { s.p
 // WithSessionTTL sets how long checkout sessions stay open (default 24h).
 func WithSessionTTL(d time.Duration) Option { return func(s *Service) { s.sessionTTL = d } }
 
+// WithSandboxClocks gives every merchant and mode its own clock, real time
+// plus the offset the store keeps for it (see Clock); for the sandbox
+// processor only.
+func WithSandboxClocks() Option { return func(s *Service) { s.clock.offsets = s.store } }
+
 // NewService returns a Service on store, screening content with blocklist.
-func NewService(store Store, blocklist *Blocklist, now Clock, opts ...Option) *Service {
-	if now == nil {
-		now = time.Now
-	}
-	s := &Service{store: store, blocklist: blocklist, now: now, sessionTTL: 24 * time.Hour, auth: &authCache{ttl: time.Second}}
+// base is the time of its Clock (time.Now when nil; tests inject theirs).
+func NewService(store Store, blocklist *Blocklist, base func() time.Time, opts ...Option) *Service {
+	s := &Service{store: store, blocklist: blocklist, clock: NewClock(base, nil), sessionTTL: 24 * time.Hour, auth: &authCache{ttl: time.Second}}
 	for _, o := range opts {
 		o(s)
 	}
 	return s
 }
+
+// Clock returns the Service's clock, for the hosted pages, the worker and
+// the scheduler: one clock per process.
+func (s *Service) Clock() *Clock { return s.clock }
+
+// Now returns the scope's time on the Service's clock.
+func (s *Service) Now(ctx context.Context, sc Scope) time.Time { return s.clock.Now(ctx, sc) }
 
 // ListParams are the cursor parameters of a paged list.
 type ListParams struct {
@@ -144,6 +164,22 @@ const (
 type Page[T any] struct {
 	Data    []T
 	HasMore bool
+}
+
+// List is a page as the API returns it: the List shape of the spec.
+type List[T any] struct {
+	Data    []T  `json:"data"`
+	HasMore bool `json:"has_more"`
+}
+
+// ListOf returns the API shape of a page, each item converted by object
+// (an Object method: payments.Customer.Object).
+func ListOf[S, T any](p Page[S], object func(S) T) List[T] {
+	out := List[T]{Data: make([]T, 0, len(p.Data)), HasMore: p.HasMore}
+	for _, item := range p.Data {
+		out.Data = append(out.Data, object(item))
+	}
+	return out
 }
 
 // Deleted is the answer to a delete.

@@ -61,6 +61,7 @@ type ShippingDetails struct {
 
 // CheckoutSession is a hosted checkout session.
 type CheckoutSession struct {
+	MerchantID               string // with Live, the session's Scope
 	ID                       string
 	Live                     bool
 	Status                   string
@@ -89,6 +90,29 @@ type CheckoutSession struct {
 	Created                  time.Time
 	MerchantName             string // for the hosted page; set by SessionForCheckout
 	MerchantPlan             Plan
+}
+
+// Scope returns the scope the session belongs to.
+func (cs CheckoutSession) Scope() Scope { return Scope{MerchantID: cs.MerchantID, Live: cs.Live} }
+
+// StatusAt is the session's status at now (its scope's time): an open
+// session past its expiry is expired, even before the sweep marks it.
+func (cs CheckoutSession) StatusAt(now time.Time) string {
+	if cs.Status == SessionOpen && !now.Before(cs.ExpiresAt) {
+		return SessionExpired
+	}
+	return cs.Status
+}
+
+// TotalWith is what the customer pays with a shipping amount (0 for none):
+// the subtotal plus shipping, grossed up by plan's fee when the session
+// passes fees on.
+func (cs CheckoutSession) TotalWith(plan Plan, shipping int64) int64 {
+	total := cs.AmountSubtotal + shipping
+	if cs.PassFees {
+		total = GrossUp(plan, cs.Currency, total)
+	}
+	return total
 }
 
 // LineItemInput is a line of a session create body: price_id, or amount +
@@ -214,9 +238,9 @@ func (s *Service) CreateSession(ctx context.Context, sc Scope, in SessionInput) 
 	if err := in.validate(); err != nil {
 		return CheckoutSession{}, err
 	}
-	now := s.now()
+	now := s.clock.Now(ctx, sc)
 	cs := CheckoutSession{
-		ID: NewID("cs_"), Live: sc.Live, Status: SessionOpen, PaymentStatus: PaymentUnpaid,
+		MerchantID: sc.MerchantID, ID: NewID("cs_"), Live: sc.Live, Status: SessionOpen, PaymentStatus: PaymentUnpaid,
 		SuccessURL: *in.SuccessURL, CancelURL: *in.CancelURL, CustomerEmail: in.CustomerEmail,
 		PassFees: in.PassFeesToCustomer != nil && *in.PassFeesToCustomer, BillingAddressCollection: in.BillingAddressCollection,
 		CollectShipping:   in.CollectShippingAddress != nil && *in.CollectShippingAddress,
@@ -259,14 +283,14 @@ func (s *Service) CreateSession(ctx context.Context, sc Scope, in SessionInput) 
 		cs.AmountSubtotal += item.Amount
 		cs.LineItems = append(cs.LineItems, item)
 	}
-	cs.AmountTotal = cs.AmountSubtotal
+	var plan Plan // the fee matters only when passed on
 	if cs.PassFees {
-		plan, err := s.store.MerchantPlan(ctx, sc.MerchantID)
-		if err != nil {
+		var err error
+		if plan, err = s.store.MerchantPlan(ctx, sc.MerchantID); err != nil {
 			return CheckoutSession{}, err
 		}
-		cs.AmountTotal = GrossUp(plan, cs.Currency, cs.AmountSubtotal)
 	}
+	cs.AmountTotal = cs.TotalWith(plan, 0)
 	hosted, err := s.proc.CreateCheckoutSession(ctx, account(sc), processor.CheckoutSession{
 		ID: cs.ID, Currency: cs.Currency, AmountTotal: cs.AmountTotal, SuccessURL: cs.SuccessURL, CancelURL: cs.CancelURL,
 	})
@@ -320,20 +344,15 @@ func (e ErrSessionClosed) Error() string { return "checkout session is " + e.Sta
 // expired) is left alone: ErrSessionClosed. A customer is charged once.
 func (s *Service) RecordCheckoutPayment(ctx context.Context, sessionID string, p CheckoutPayment) (CheckoutSession, error) {
 	return s.store.PayCheckout(ctx, sessionID, func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) (Effects, error) {
-		now := s.now()
-		if cs.Status == SessionOpen && !now.Before(cs.ExpiresAt) {
-			return Effects{}, ErrSessionClosed{Status: SessionExpired} // the sweep will mark it
+		now := s.clock.Now(ctx, sc)
+		if status := cs.StatusAt(now); status != SessionOpen {
+			return Effects{}, ErrSessionClosed{Status: status} // an expired one: the sweep will mark it
 		}
-		if cs.Status != SessionOpen {
-			return Effects{}, ErrSessionClosed{Status: cs.Status}
-		}
-		total := cs.AmountSubtotal
+		var shipping int64
 		if p.Shipping != nil {
-			total += p.Shipping.Option.Amount
+			shipping = p.Shipping.Option.Amount
 		}
-		if cs.PassFees {
-			total = GrossUp(plan, cs.Currency, total)
-		}
+		total := cs.TotalWith(plan, shipping)
 		if pi.ID == "" {
 			*pi = PaymentIntent{
 				ID: NewID("pi_"), Live: sc.Live, Currency: cs.Currency, Status: IntentRequiresPaymentMethod,
@@ -375,9 +394,8 @@ func (s *Service) SessionForCheckout(ctx context.Context, id string) (CheckoutSe
 // ExpireSessions closes open sessions past their expiry, at most limit at a
 // time, each with checkout.session.expired; it returns how many it closed.
 func (s *Service) ExpireSessions(ctx context.Context, limit int) (int, error) {
-	now := s.now()
-	return s.store.ExpireSessions(ctx, now, limit, func(cs *CheckoutSession) []Event {
+	return s.store.ExpireSessions(ctx, s.clock.Base(), limit, func(cs *CheckoutSession, now time.Time) (Effects, error) {
 		cs.Status = SessionExpired
-		return []Event{newEvent(EventSessionExpired, cs.Object(), now)}
+		return Effects{Events: []Event{newEvent(EventSessionExpired, cs.Object(), now)}}, nil
 	})
 }

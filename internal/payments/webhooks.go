@@ -137,7 +137,7 @@ func (s *Service) CreateEndpoint(ctx context.Context, sc Scope, in EndpointInput
 		}
 	}
 	e := Endpoint{ID: NewID("we_"), Live: sc.Live, URL: *in.URL, Events: in.Events, Description: in.Description,
-		Status: EndpointEnabled, Created: s.now()}
+		Status: EndpointEnabled, Created: s.clock.Now(ctx, sc)}
 	secret := "whsec_" + randomBase62(32)
 	sealed := s.sealer.Seal([]byte(secret), EndpointAAD(e.ID))
 	if err := s.store.CreateEndpoint(ctx, sc, e, sealed, MaxEndpoints); err != nil {
@@ -165,7 +165,7 @@ func (s *Service) Endpoints(ctx context.Context, sc Scope) ([]EndpointObject, er
 // ones included. Codes: endpoint_not_found (the spec's nearest code for an
 // unknown webhook endpoint).
 func (s *Service) DeleteEndpoint(ctx context.Context, sc Scope, id string) (Deleted, error) {
-	if err := s.store.DeleteEndpoint(ctx, sc, id, s.now()); err != nil {
+	if err := s.store.DeleteEndpoint(ctx, sc, id, s.clock.Now(ctx, sc)); err != nil {
 		return Deleted{}, err
 	}
 	return Deleted{ID: id, Deleted: true}, nil

@@ -75,15 +75,17 @@ func (s *Store) Customers(ctx context.Context, sc payments.Scope, lp payments.Li
 	return keysetPage(ctx, s, sc, lp, "customers", first, after, customerRow.customer)
 }
 
-// UpdateCustomer locks the customer, applies fn and saves the result.
-func (s *Store) UpdateCustomer(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Customer) error) (payments.Customer, error) {
+// UpdateCustomer locks the customer, applies fn and saves the result with
+// fn's effects.
+func (s *Store) UpdateCustomer(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Customer) (payments.Effects, error)) (payments.Customer, error) {
 	var c payments.Customer
 	err := s.inTx(ctx, func(tx *txn) error {
 		var err error
 		if c, err = s.customer(ctx, tx, sc, id, " FOR UPDATE"); err != nil {
 			return err
 		}
-		if err := fn(&c); err != nil {
+		eff, err := fn(&c)
+		if err != nil {
 			return err
 		}
 		const upd = `UPDATE customers SET email = $4, name = $5, phone = $6, metadata = $7, updated_at = now()
@@ -91,7 +93,7 @@ func (s *Store) UpdateCustomer(ctx context.Context, sc payments.Scope, id string
 		if _, err := tx.ExecContext(ctx, upd, sc.MerchantID, sc.Live, c.ID, c.Email, c.Name, c.Phone, jsonb(c.Metadata)); err != nil {
 			return fmt.Errorf("update customer: %w", err)
 		}
-		return nil
+		return applyEffects(ctx, tx, sc, eff)
 	})
 	return c, err
 }

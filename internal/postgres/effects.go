@@ -91,19 +91,24 @@ const foldCredits = `folded AS (
 // overdue since before, and refunds, processor events and submitted
 // evidence still waiting since before. At most limit of each kind, oldest
 // first; enqueueing one whose task still exists is a no-op.
+//
+// before is base time: rows are dated on their scope's clock, so each is
+// compared with before plus its scope's sandbox offset (onItsClock). The
+// pending sets are work in flight, and without sandbox clocks the added
+// bound is before itself: the indexes are used as they were.
 func (s *Store) StrandedJobs(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
 	queries := []struct {
 		kind payments.JobKind
 		q    string
 	}{
-		{payments.JobDeliverWebhook, `SELECT id, merchant_id, livemode FROM webhook_deliveries
-			WHERE status = 'pending' AND next_attempt_at < $1 ORDER BY next_attempt_at LIMIT $2`},
-		{payments.JobExecuteRefund, `SELECT id, merchant_id, livemode FROM refunds
-			WHERE status = 'pending' AND created_at < $1 ORDER BY created_at LIMIT $2`},
-		{payments.JobProcessorEvent, `SELECT id, merchant_id, livemode FROM processor_events
-			WHERE processed_at IS NULL AND created_at < $1 ORDER BY created_at LIMIT $2`},
-		{payments.JobSubmitEvidence, `SELECT id, merchant_id, livemode FROM disputes
-			WHERE submitted_at IS NOT NULL AND evidence_sent_at IS NULL AND submitted_at < $1 ORDER BY submitted_at LIMIT $2`},
+		{payments.JobDeliverWebhook, `SELECT id, merchant_id, livemode FROM webhook_deliveries t
+			WHERE status = 'pending' AND ` + onItsClock("next_attempt_at") + ` ORDER BY next_attempt_at LIMIT $2`},
+		{payments.JobExecuteRefund, `SELECT id, merchant_id, livemode FROM refunds t
+			WHERE status = 'pending' AND ` + onItsClock("created_at") + ` ORDER BY created_at LIMIT $2`},
+		{payments.JobProcessorEvent, `SELECT id, merchant_id, livemode FROM processor_events t
+			WHERE processed_at IS NULL AND ` + onItsClock("created_at") + ` ORDER BY created_at LIMIT $2`},
+		{payments.JobSubmitEvidence, `SELECT id, merchant_id, livemode FROM disputes t
+			WHERE submitted_at IS NOT NULL AND evidence_sent_at IS NULL AND ` + onItsClock("submitted_at") + ` ORDER BY submitted_at LIMIT $2`},
 	}
 	var out []payments.Job
 	for _, k := range queries {
@@ -120,4 +125,14 @@ func (s *Store) StrandedJobs(ctx context.Context, before time.Time, limit int) (
 		}
 	}
 	return out, nil
+}
+
+// onItsClock is the condition "col < $1 on the row's own clock", for a
+// table aliased t: $1 (base time) plus the offset of t's scope's sandbox
+// clock. Its first half bounds the index scan by the furthest moved clock
+// (none: $1 itself), the second is the row's own comparison.
+func onItsClock(col string) string {
+	return `t.` + col + ` < $1::timestamptz + (SELECT coalesce(max(offset_us), 0) FROM sandbox_clocks) * interval '1 microsecond'
+		AND t.` + col + ` < $1::timestamptz + coalesce((SELECT c.offset_us FROM sandbox_clocks c
+			WHERE c.merchant_id = t.merchant_id AND c.livemode = t.livemode), 0) * interval '1 microsecond'`
 }

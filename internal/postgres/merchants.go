@@ -128,6 +128,7 @@ type keyRow struct {
 	RevokedAt   sql.NullTime `db:"revoked_at"`
 	CreatedAt   time.Time    `db:"created_at"`
 	SuspendedAt sql.NullTime `db:"suspended_at"`
+	OffsetUS    int64        `db:"offset_us"` // KeyByHash only: the scope's sandbox clock
 }
 
 func (r keyRow) key() payments.APIKey {
@@ -152,10 +153,15 @@ func (s *Store) RevokeKey(ctx context.Context, id string, now time.Time) (paymen
 	return r.key(), nil
 }
 
-// KeyByHash finds a key and its merchant's suspension; unknown → unauthorized.
+// KeyByHash finds a key, its merchant's suspension and its scope's sandbox
+// clock offset (in the same round trip: authentication is on every
+// request); unknown → unauthorized.
 func (s *Store) KeyByHash(ctx context.Context, hash []byte) (payments.KeyAuth, error) {
-	const q = `SELECT k.id, k.merchant_id, k.livemode, k.hint, k.expires_at, k.revoked_at, k.created_at, m.suspended_at
-	FROM api_keys k JOIN merchants m ON m.id = k.merchant_id WHERE k.key_hash = $1`
+	const q = `SELECT k.id, k.merchant_id, k.livemode, k.hint, k.expires_at, k.revoked_at, k.created_at, m.suspended_at,
+		coalesce(c.offset_us, 0) AS offset_us
+	FROM api_keys k JOIN merchants m ON m.id = k.merchant_id
+	LEFT JOIN sandbox_clocks c ON c.merchant_id = k.merchant_id AND c.livemode = k.livemode
+	WHERE k.key_hash = $1`
 	var r keyRow
 	err := s.q.GetContext(ctx, &r, q, hash)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -164,7 +170,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash []byte) (payments.KeyAuth, e
 	if err != nil {
 		return payments.KeyAuth{}, fmt.Errorf("select key: %w", err)
 	}
-	return payments.KeyAuth{Key: r.key(), MerchantSuspendedAt: timePtr(r.SuspendedAt)}, nil
+	return payments.KeyAuth{Key: r.key(), MerchantSuspendedAt: timePtr(r.SuspendedAt), ClockOffset: time.Duration(r.OffsetUS) * time.Microsecond}, nil
 }
 
 // RecordViolation stores a violation and suspends the merchant at threshold.

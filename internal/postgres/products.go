@@ -115,8 +115,9 @@ func (s *Store) Products(ctx context.Context, sc payments.Scope, lp payments.Lis
 	return keysetPage(ctx, s, sc, lp, "products", first, after, productRow.product)
 }
 
-// UpdateProduct locks the product, applies fn and saves the result.
-func (s *Store) UpdateProduct(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Product) error) (payments.Product, error) {
+// UpdateProduct locks the product, applies fn and saves the result with
+// fn's effects.
+func (s *Store) UpdateProduct(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Product) (payments.Effects, error)) (payments.Product, error) {
 	var p payments.Product
 	err := s.inTx(ctx, func(tx *txn) error {
 		var err error
@@ -127,7 +128,8 @@ func (s *Store) UpdateProduct(ctx context.Context, sc payments.Scope, id string,
 		if p.DefaultPrice != nil {
 			oldPrice = p.DefaultPrice.ID
 		}
-		if err := fn(&p); err != nil {
+		eff, err := fn(&p)
+		if err != nil {
 			return err
 		}
 		if dp := p.DefaultPrice; dp != nil && dp.ID != oldPrice {
@@ -150,7 +152,7 @@ func (s *Store) UpdateProduct(ctx context.Context, sc payments.Scope, id string,
 		if err != nil {
 			return fmt.Errorf("update product: %w", err)
 		}
-		return nil
+		return applyEffects(ctx, tx, sc, eff)
 	})
 	return p, err
 }

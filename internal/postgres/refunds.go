@@ -57,10 +57,11 @@ func lockBalance(ctx context.Context, tx *txn, sc payments.Scope, currency strin
 }
 
 // CreateRefund resolves ref to a succeeded payment of the scope, locks it,
-// runs fn, and inserts the refund with its reservations (insertRefund).
+// runs fn, and inserts the refund fn fills in, with its reservations
+// (insertRefund) and fn's effects.
 // Lock order, as on every path that takes both: the payment, then the
 // balance.
-func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payments.PaymentRef, fn func(payments.PaymentIntent) (payments.Refund, []payments.Job, error)) (payments.Refund, error) {
+func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payments.PaymentRef, fn func(payments.PaymentIntent, *payments.Refund) (payments.Effects, error)) (payments.Refund, error) {
 	var r payments.Refund
 	err := s.inTx(ctx, func(tx *txn) error {
 		if ref.IdempotencyKey != "" {
@@ -99,15 +100,14 @@ func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payment
 		if pi.Status != payments.IntentSucceeded {
 			return payments.NotFound(payments.PaymentNotFound, piID) // nothing was paid
 		}
-		var jobs []payments.Job
-		if r, jobs, err = fn(pi); err != nil {
+		eff, err := fn(pi, &r)
+		if err != nil {
 			return err
 		}
 		if err := insertRefund(ctx, tx, sc, r, ref.IdempotencyKey); err != nil {
 			return err
 		}
-		tx.jobs = append(tx.jobs, jobs...)
-		return nil
+		return applyEffects(ctx, tx, sc, eff)
 	})
 	return r, err
 }
@@ -225,7 +225,7 @@ func (s *Store) FinishRefund(ctx context.Context, sc payments.Scope, id string, 
 
 // Payout locks the balance of currency, or the scope's only balance when
 // currency is empty, runs fn and writes its effects.
-func (s *Store) Payout(ctx context.Context, sc payments.Scope, currency string, fn func(payments.Balance) (payments.Effects, int64)) (payments.Money, error) {
+func (s *Store) Payout(ctx context.Context, sc payments.Scope, currency string, fn func(payments.Balance) (payments.Effects, error)) (payments.Money, error) {
 	var out payments.Money
 	err := s.inTx(ctx, func(tx *txn) error {
 		if currency == "" {
@@ -249,8 +249,13 @@ func (s *Store) Payout(ctx context.Context, sc payments.Scope, currency string, 
 		if err != nil || !found {
 			return err // not found: nothing to pay out
 		}
-		eff, amount := fn(bal)
-		out.Amount = amount
+		eff, err := fn(bal)
+		if err != nil {
+			return err
+		}
+		for _, e := range eff.Ledger {
+			out.Amount -= e.Amount // what leaves the balance
+		}
 		return applyEffects(ctx, tx, sc, eff)
 	})
 	return out, err

@@ -46,6 +46,7 @@ type sessionRow struct {
 	CreatedAt         time.Time      `db:"created_at"`
 	MerchantName      sql.NullString `db:"merchant_name"` // only read for the hosted page
 	MerchantPlan      sql.NullString `db:"merchant_plan"`
+	OffsetUS          int64          `db:"offset_us"` // only read by the expiry sweep: its scope's sandbox clock
 }
 
 func (r sessionRow) scope() payments.Scope {
@@ -54,7 +55,7 @@ func (r sessionRow) scope() payments.Scope {
 
 func (r sessionRow) session() (payments.CheckoutSession, error) {
 	cs := payments.CheckoutSession{
-		ID: r.ID, Live: r.Live, Status: r.Status, PaymentStatus: r.PaymentStatus, URL: r.URL.String,
+		MerchantID: r.MerchantID, ID: r.ID, Live: r.Live, Status: r.Status, PaymentStatus: r.PaymentStatus, URL: r.URL.String,
 		Currency: r.Currency, AmountSubtotal: r.AmountSubtotal, AmountTotal: r.AmountTotal, PassFees: r.PassFees,
 		CustomerID: strPtr(r.CustomerID), CustomerEmail: strPtr(r.CustomerEmail), SuccessURL: r.SuccessURL,
 		CancelURL: r.CancelURL, CollectShipping: r.CollectShipping, BillingAddressCollection: strPtr(r.Billing),
@@ -236,27 +237,57 @@ func (s *Store) PayCheckout(ctx context.Context, sessionID string, fn func(payme
 	return cs, err
 }
 
-// ExpireSessions closes open sessions past their expiry; SKIP LOCKED lets a
-// sweep pass over a session that a customer is paying right now.
-func (s *Store) ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(*payments.CheckoutSession) []payments.Event) (int, error) {
+// ExpireSessions runs fn on open sessions whose expiry has come on their
+// scope's clock, with that clock's time, and saves them with fn's events;
+// SKIP LOCKED lets a sweep pass over a session a customer is paying now.
+//
+// now is the clock's base. A scope's time is base plus its sandbox offset,
+// never less (offsets only grow), so a session due at base time is due
+// whatever its clock: the first query finds those on the
+// checkout_sessions_expiry index, as before sandbox clocks existed. The
+// second visits only the scopes whose clock was moved, each for the sessions
+// due between base time and its own time; its cost grows with those scopes'
+// open sessions (sandbox merchants testing expiry), not with the table. One
+// query comparing every row with its own clock (expires_at <= $1 + offset)
+// could not bound its index scan and would read every open session of
+// every merchant on each minute's sweep.
+func (s *Store) ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(*payments.CheckoutSession, time.Time) (payments.Effects, error)) (int, error) {
+	const due = `SELECT ` + sessionCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
+		WHERE c.merchant_id = checkout_sessions.merchant_id AND c.livemode = checkout_sessions.livemode), 0) AS offset_us
+	FROM checkout_sessions WHERE status = 'open' AND expires_at <= $1
+	ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`
+	const dueOnMovedClock = `SELECT s.*, c.offset_us FROM sandbox_clocks c CROSS JOIN LATERAL (
+		SELECT ` + sessionCols + ` FROM checkout_sessions
+		WHERE merchant_id = c.merchant_id AND livemode = c.livemode AND status = 'open'
+			AND expires_at > $1::timestamptz AND expires_at <= $1::timestamptz + c.offset_us * interval '1 microsecond'
+		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) s
+	WHERE c.offset_us > 0 LIMIT $2`
 	n := 0
 	err := s.inTx(ctx, func(tx *txn) error {
-		q := `SELECT ` + sessionCols + ` FROM checkout_sessions WHERE status = 'open' AND expires_at <= $1
-		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`
 		var rows []sessionRow
-		if err := tx.SelectContext(ctx, &rows, q, now, limit); err != nil {
+		if err := tx.SelectContext(ctx, &rows, due, now, limit); err != nil {
 			return fmt.Errorf("select expired sessions: %w", err)
+		}
+		if len(rows) < limit {
+			var more []sessionRow
+			if err := tx.SelectContext(ctx, &more, dueOnMovedClock, now, limit-len(rows)); err != nil {
+				return fmt.Errorf("select sessions expired on sandbox clocks: %w", err)
+			}
+			rows = append(rows, more...)
 		}
 		for _, r := range rows {
 			cs, err := r.session()
 			if err != nil {
 				return err
 			}
-			events := fn(&cs)
+			eff, err := fn(&cs, now.Add(time.Duration(r.OffsetUS)*time.Microsecond))
+			if err != nil {
+				return err
+			}
 			if err := updateSession(ctx, tx, r.scope(), cs); err != nil {
 				return err
 			}
-			if err := insertEvents(ctx, tx, r.scope(), events); err != nil {
+			if err := applyEffects(ctx, tx, r.scope(), eff); err != nil {
 				return err
 			}
 			n++

@@ -62,7 +62,7 @@ func (s *deliveryStack) startMoneyWorker(t *testing.T, svc *payments.Service, re
 		LogLevel:                 asynq.FatalLevel, // failed attempts are expected in some tests
 	})
 	mux := asynq.NewServeMux()
-	(&worker.Handlers{Service: svc, Store: s.store, Log: s.log, Now: time.Now}).Register(mux)
+	(&worker.Handlers{Service: svc, Store: s.store, Log: s.log}).Register(mux)
 	(&worker.Deliverer{
 		Store:     s.store,
 		Sealer:    s.box,

@@ -79,7 +79,7 @@ func TestCloseOverdueDisputesTask(t *testing.T) {
 	redisOpt := testenv.RedisOpt(t)
 	srv := asynq.NewServer(redisOpt, asynq.Config{Concurrency: 1, Queues: tasks.Queues, LogLevel: asynq.WarnLevel})
 	mux := asynq.NewServeMux()
-	(&worker.Handlers{Service: svc, Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now}).Register(mux)
+	(&worker.Handlers{Service: svc, Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(mux)
 	if err := srv.Start(mux); err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,9 @@ type Deliverer struct {
 	Client    *http.Client
 	RetryBase time.Duration
 	Log       *slog.Logger
-	Now       payments.Clock
+	// Now is wall time, not a merchant's clock: a signature's timestamp is
+	// checked against the receiver's clock, and retries wait in real time.
+	Now func() time.Time
 }
 
 // Register adds the delivery handler to mux.

@@ -18,7 +18,6 @@ type Handlers struct {
 	Service *payments.Service
 	Store   *postgres.Store
 	Log     *slog.Logger
-	Now     payments.Clock
 }
 
 // Register adds every handler to mux.
@@ -64,7 +63,7 @@ func (h *Handlers) sweep(ctx context.Context, what string, batch func(ctx contex
 }
 
 func (h *Handlers) pruneIdempotency(ctx context.Context, _ *asynq.Task) error {
-	n, err := h.Store.PruneIdempotency(ctx, h.Now())
+	n, err := h.Store.PruneIdempotency(ctx, h.Service.Clock().Base())
 	if err != nil {
 		return err
 	}
@@ -73,7 +72,7 @@ func (h *Handlers) pruneIdempotency(ctx context.Context, _ *asynq.Task) error {
 }
 
 func (h *Handlers) pruneViolations(ctx context.Context, _ *asynq.Task) error {
-	n, err := h.Store.PruneViolations(ctx, h.Now().Add(-payments.ViolationRetention))
+	n, err := h.Store.PruneViolations(ctx, h.Service.Clock().Base().Add(-payments.ViolationRetention))
 	if err != nil {
 		return err
 	}

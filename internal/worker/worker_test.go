@@ -103,10 +103,11 @@ func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
 		LogLevel:        asynq.WarnLevel,
 	})
 	mux := asynq.NewServeMux()
+	store := postgres.New(db)
 	(&worker.Handlers{
-		Store: postgres.New(db),
-		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now:   time.Now,
+		Service: payments.NewService(store, nil, time.Now),
+		Store:   store,
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}).Register(mux)
 	if err := srv.Start(mux); err != nil {
 		t.Fatalf("start asynq server: %v", err)

@@ -1,0 +1,45 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"paysvc/internal/payments"
+)
+
+// ClockOffset returns how far the scope's sandbox clock is ahead of real
+// time: zero for a clock never moved.
+func (s *Store) ClockOffset(ctx context.Context, sc payments.Scope) (time.Duration, error) {
+	const q = `SELECT offset_us FROM sandbox_clocks WHERE merchant_id = $1 AND livemode = $2`
+	var us int64
+	err := s.q.GetContext(ctx, &us, q, sc.MerchantID, sc.Live)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("select sandbox clock: %w", err)
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
+
+// AdvanceClock moves the scope's sandbox clock forward by by (a clock never
+// goes back: by must be positive) and returns its new offset from real
+// time. Processes see the move within their clock cache's TTL (1 s); the
+// next sweeps compare the scope's rows against the moved clock.
+func (s *Store) AdvanceClock(ctx context.Context, sc payments.Scope, by time.Duration) (time.Duration, error) {
+	if by <= 0 {
+		return 0, payments.Invalid("by", "must be positive")
+	}
+	const q = `INSERT INTO sandbox_clocks (merchant_id, livemode, offset_us) VALUES ($1, $2, $3)
+	ON CONFLICT (merchant_id, livemode) DO UPDATE
+	SET offset_us = sandbox_clocks.offset_us + EXCLUDED.offset_us, updated_at = now()
+	RETURNING offset_us`
+	var us int64
+	if err := s.db.GetContext(ctx, &us, q, sc.MerchantID, sc.Live, by.Microseconds()); err != nil {
+		return 0, fmt.Errorf("advance sandbox clock: %w", err)
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
