@@ -123,6 +123,9 @@ var listedResources = []listedResource{
 	{"customers", "/v1/customers", "customers", func(t *testing.T, h *harness, key string, i int) string {
 		return createCustomerOK(t, h, key, map[string]any{"email": fmt.Sprintf("c%02d@example.com", i)}).ID
 	}},
+	{"subscription products", "/v1/subscription-products", "products", func(t *testing.T, h *harness, key string, i int) string {
+		return createSubProductOK(t, h, key, subProductBody("name", fmt.Sprintf("Plan %02d", i))).ID
+	}},
 }
 
 func reversed(s []string) []string {

@@ -105,6 +105,8 @@ func New(d Deps) http.Handler {
 	v1.GET("/products/:id", s.wrap(s.getProduct))
 	v1.PUT("/products/:id", s.wrap(s.updateProduct))
 	v1.DELETE("/products/:id", s.wrap(s.deleteProduct))
+	v1.POST("/subscription-products", s.wrap(s.createSubscriptionProduct))
+	v1.GET("/subscription-products", s.wrap(s.listSubscriptionProducts))
 
 	v1.POST("/customers", s.wrap(s.createCustomer))
 	v1.GET("/customers", s.wrap(s.listCustomers))

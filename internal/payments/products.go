@@ -216,11 +216,17 @@ func (s *Service) Products(ctx context.Context, sc Scope, lp ListParams) (Page[P
 	return s.store.Products(ctx, sc, lp)
 }
 
-// UpdateProduct changes the given fields; a price makes a new default price.
+// UpdateProduct changes the given fields; a price makes a new default price
+// (not for a subscription product: validation_error).
 // Codes: product_not_found, validation_error, prohibited_content.
 func (s *Service) UpdateProduct(ctx context.Context, sc Scope, id string, in ProductInput) (Product, error) {
 	if err := in.validate(false); err != nil {
 		return Product{}, err
+	}
+	if in.Price != nil {
+		if err := s.refuseRecurringPriceChange(ctx, sc, id); err != nil {
+			return Product{}, err
+		}
 	}
 	if err := s.screen(ctx, sc, map[string]*string{"name": in.Name, "description": in.Description}); err != nil {
 		return Product{}, err

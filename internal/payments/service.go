@@ -102,6 +102,8 @@ type Store interface {
 	Endpoints(ctx context.Context, sc Scope) ([]Endpoint, error)
 	// DeleteEndpoint marks it deleted and fails its pending deliveries.
 	DeleteEndpoint(ctx context.Context, sc Scope, id string, now time.Time) error
+
+	SubscriptionStore
 }
 
 // Service holds the use cases.

@@ -101,12 +101,15 @@ func (s *Store) MerchantPlan(ctx context.Context, merchantID string) (payments.P
 	return payments.Plan(plan), nil
 }
 
-// PriceForSale returns an active price of an active product of the scope.
+// PriceForSale returns an active one-time price of an active product of the
+// scope; a recurring price is a validation_error (subscription sessions sell it).
 func (s *Store) PriceForSale(ctx context.Context, sc payments.Scope, priceID string) (payments.SaleablePrice, error) {
-	const q = `SELECT pr.id, pr.product_id, pr.amount, pr.currency, pr.tax_behavior, pr.created_at, p.name
+	const q = `SELECT pr.id, pr.product_id, pr.amount, pr.currency, pr.tax_behavior, pr.created_at, p.name,
+		pr.recurring_interval IS NOT NULL AS recurring
 	FROM prices pr JOIN products p ON p.id = pr.product_id
 	WHERE pr.merchant_id = $1 AND pr.livemode = $2 AND pr.id = $3 AND pr.active AND p.active`
 	var r struct {
+		Recurring   bool           `db:"recurring"`
 		ID          string         `db:"id"`
 		ProductID   string         `db:"product_id"`
 		Amount      int64          `db:"amount"`
@@ -121,6 +124,9 @@ func (s *Store) PriceForSale(ctx context.Context, sc payments.Scope, priceID str
 	}
 	if err != nil {
 		return payments.SaleablePrice{}, fmt.Errorf("select price: %w", err)
+	}
+	if r.Recurring {
+		return payments.SaleablePrice{}, payments.Invalid("price_id", "'%s' is a recurring price: sell it with a subscription session", priceID)
 	}
 	return payments.SaleablePrice{
 		Price:       payments.Price{ID: r.ID, ProductID: r.ProductID, Amount: r.Amount, Currency: r.Currency, TaxBehavior: strPtr(r.TaxBehavior), Created: r.CreatedAt},

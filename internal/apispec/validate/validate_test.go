@@ -184,6 +184,7 @@ func TestDocumentBuilds(t *testing.T) {
 		"POST /v1/disputes/{id}/evidence": true, "GET /v1/refunds/{id}": true, "GET /v1/balance": true,
 		"GET /v1/openapi.yaml": true,
 	}
+	want["POST /v1/subscription-products"], want["GET /v1/subscription-products"] = true, true
 	got := map[string]bool{}
 	for path, item := range m.Paths.PathItems.FromOldest() {
 		for method, op := range item.GetOperations().FromOldest() {
