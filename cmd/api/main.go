@@ -1,5 +1,6 @@
 // Command api serves the public REST API and the admin listener, and is the
-// admin CLI: migrate, merchant create/unsuspend, key create/revoke, sandbox payout.
+// admin CLI: migrate, merchant create/unsuspend, key create/revoke, sandbox payout
+// and advance-clock.
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,7 +34,8 @@ const usage = `usage:
   api merchant unsuspend --merchant ID
   api key create --merchant ID --mode test|live [--expires-in DURATION]
   api key revoke --id KEY_ID
-  api sandbox payout --merchant ID --mode test|live [--currency CUR]`
+  api sandbox payout --merchant ID --mode test|live [--currency CUR]
+  api sandbox advance-clock --merchant ID --mode test|live --by DURATION (e.g. 90m, 36h, 30d)`
 
 // crashHook is nil in the real binary; the crash tests of this package set
 // it in the API process they run, to kill it at a point of an idempotent
@@ -58,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx)
 	case args[0] == "migrate":
 		err = migrate(ctx, stdout)
-	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "key create", cmd == "key revoke", cmd == "sandbox payout":
+	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "key create", cmd == "key revoke", cmd == "sandbox payout", cmd == "sandbox advance-clock":
 		err = admin_(ctx, cmd, args[2:], stdout)
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
 		fmt.Fprintln(stdout, usage)
@@ -160,6 +163,7 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 	expiresIn := fs.Duration("expires-in", 0, "key lifetime, e.g. 720h; 0 = no expiry")
 	id := fs.String("id", "", "key id (key_…)")
 	currency := fs.String("currency", "", "payout currency; default: the balance's only one")
+	by := fs.String("by", "", "how far to move the sandbox clock: a Go duration (90m, 36h) or whole days (30d)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -243,8 +247,48 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 			return err
 		}
 		return enc.Encode(p)
+	case "sandbox advance-clock":
+		if *merchant == "" {
+			return errors.New("--merchant is required")
+		}
+		if *mode != "test" && *mode != "live" {
+			return errors.New("--mode must be test or live")
+		}
+		d, err := parseDays(*by)
+		if err != nil {
+			return err
+		}
+		// The due work's events leave through the outbox; enqueue their
+		// deliveries now rather than leave them to the relay.
+		_, closeQueue := env.Enqueuer()
+		defer closeQueue()
+		a, err := svc.AdvanceClock(ctx, payments.Scope{MerchantID: *merchant, Live: *mode == "live"}, d)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(a)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
+}
+
+// parseDays reads --by: a Go duration, or a whole number of days ("30d"),
+// the unit a clock is usually moved by and one time.ParseDuration lacks.
+func parseDays(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, errors.New("--by is required (e.g. 36h or 30d)")
+	}
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 1 || days > 3650 {
+			return 0, errors.New("--by in days must be a whole number from 1d to 3650d")
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, errors.New("--by must be a duration such as 90m, 36h or 30d")
+	}
+	return d, nil
 }
 
 // checkID refuses a value that is not an id of the given prefix without

@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -94,6 +95,18 @@ func (p *Pages) message(c *gin.Context, status int, m message) {
 	render(c, status, "message.html", m)
 }
 
+// Reject answers a request to one of the pages that the API's edge refused
+// before the page saw it (text that is not UTF-8, a body over the limit):
+// JSON, as the confirm endpoint answers, to a JSON request; else a page.
+func (p *Pages) Reject(c *gin.Context, status int, msg string) {
+	if c.ContentType() == "application/json" {
+		cors(c)
+		c.JSON(status, confirmResponse{Error: &confirmError{Code: "invalid_request", Message: msg}})
+		return
+	}
+	p.message(c, status, message{Title: "Invalid request", Message: msg})
+}
+
 // formatMoney shows minor units as a price: 1999 usd → "USD 19.99".
 func formatMoney(amount int64, currency string) string {
 	d := payments.MinorUnits(currency)
@@ -102,6 +115,24 @@ func formatMoney(amount int64, currency string) string {
 	}
 	scale := int64(math.Pow10(d))
 	return fmt.Sprintf("%s %d.%0*d", strings.ToUpper(currency), amount/scale, d, amount%scale)
+}
+
+// maxFormText bounds the checkout form's free-text fields, in characters;
+// the page's inputs carry the same maxlength. (The email's bound is
+// ValidEmail's.)
+var maxFormText = map[string]int{
+	"name": 200, "ship_line1": 200, "ship_line2": 200, "ship_city": 100, "ship_postal_code": 20,
+	"bill_line1": 200, "bill_city": 100, "bill_postal_code": 20,
+}
+
+// checkLengths records a field error for each of fields that is longer
+// than maxFormText allows.
+func checkLengths(errs map[string]string, fields map[string]string) {
+	for field, val := range fields {
+		if max := maxFormText[field]; utf8.RuneCountInString(val) > max {
+			errs[field] = fmt.Sprintf("Use at most %d characters.", max)
+		}
+	}
 }
 
 // checkoutForm holds what the customer typed, to re-render after an error.
@@ -216,6 +247,7 @@ func (p *Pages) parseCheckout(c *gin.Context, cs payments.CheckoutSession) (chec
 	if !payments.ValidEmail(f.Email) { // the API's rule: the address is returned by the API later
 		errs["email"] = "Enter a valid email address."
 	}
+	checkLengths(errs, map[string]string{"name": f.Name})
 	if f.Name == "" {
 		errs["name"] = "Enter the name on the card."
 	}
@@ -240,6 +272,7 @@ func (p *Pages) parseCheckout(c *gin.Context, cs payments.CheckoutSession) (chec
 	pay := payments.CheckoutPayment{Email: f.Email, Name: f.Name}
 	if cs.CollectShipping {
 		addr := payments.Address{Name: f.Name, Line1: f.ShipLine1, Line2: f.ShipLine2, City: f.ShipCity, PostalCode: f.ShipPostal, Country: f.ShipCountry}
+		checkLengths(errs, map[string]string{"ship_line1": addr.Line1, "ship_line2": addr.Line2, "ship_city": addr.City, "ship_postal_code": addr.PostalCode})
 		for field, val := range map[string]string{"ship_line1": addr.Line1, "ship_city": addr.City, "ship_postal_code": addr.PostalCode} {
 			if val == "" {
 				errs[field] = "Required."
@@ -261,6 +294,7 @@ func (p *Pages) parseCheckout(c *gin.Context, cs payments.CheckoutSession) (chec
 	}
 	if cs.BillingAddressCollection != nil && *cs.BillingAddressCollection == "required" {
 		b := payments.Address{Name: f.Name, Line1: f.BillLine1, City: f.BillCity, PostalCode: f.BillPostal, Country: f.BillCountry}
+		checkLengths(errs, map[string]string{"bill_line1": b.Line1, "bill_city": b.City, "bill_postal_code": b.PostalCode})
 		if b.Line1 == "" {
 			errs["bill_line1"] = "Required."
 		}

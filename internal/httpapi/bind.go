@@ -24,13 +24,27 @@ func bindJSON(c *gin.Context, v any) error {
 	return decodeJSON(body, v)
 }
 
+// errNull marks a JSON null met by refuseNull.
+var errNull = errors.New("null")
+
+// refuseNull makes a null anywhere in a request body an error instead of
+// "omitted": no field of any request takes null (an optional text field is
+// cleared with "", as in Stripe's API), and a client that sends null for a
+// name, a flag or metadata meant something else than leaving it unchanged.
+var refuseNull = json.WithUnmarshalers(json.UnmarshalFromFunc(func(dec *jsontext.Decoder, _ any) error {
+	if dec.PeekKind() == 'n' {
+		return errNull
+	}
+	return errors.ErrUnsupported // decode as usual
+}))
+
 // decodeJSON is bindJSON's decoder, separate so that it can be fuzzed.
 func decodeJSON(body []byte, v any) error {
 	trimmed := strings.TrimLeft(string(body), " \t\r\n")
 	if !strings.HasPrefix(trimmed, "{") {
 		return payments.Errorf(payments.ValidationError, "The request body must be a JSON object.")
 	}
-	err := json.Unmarshal(body, v, json.RejectUnknownMembers(true))
+	err := json.Unmarshal(body, v, json.RejectUnknownMembers(true), refuseNull)
 	if err == nil {
 		return nil
 	}
@@ -41,26 +55,33 @@ func decodeJSON(body []byte, v any) error {
 	var se *json.SemanticError
 	if errors.As(err, &se) {
 		field := fieldName(string(se.JSONPointer))
-		if errors.Is(se.Err, json.ErrUnknownName) {
+		switch {
+		case errors.Is(se.Err, errNull):
+			return payments.Invalid(field, "must not be null: leave the field out instead (\"\" clears an optional text field)")
+		case errors.Is(se.Err, json.ErrUnknownName):
 			return payments.Errorf(payments.ValidationError, "Unknown field: %s.", field)
-		}
-		if field == "" {
+		case field == "":
 			return payments.Errorf(payments.ValidationError, "The request body must be a JSON object.")
 		}
 		return payments.Invalid(field, "has the wrong type%s", wantType(se))
 	}
 	var syn *jsontext.SyntacticError
 	if errors.As(err, &syn) {
-		if errors.Is(syn.Err, jsontext.ErrDuplicateName) {
-			return payments.Errorf(payments.ValidationError, "Duplicate field: %s.", fieldName(string(syn.JSONPointer)))
-		}
-		where := ""
-		if f := fieldName(string(syn.JSONPointer)); f != "" {
-			where = " in field " + f
-		}
-		return payments.Errorf(payments.ValidationError, "Malformed JSON at byte %d%s.", syn.ByteOffset, where)
+		return malformed(syn)
 	}
 	return payments.Errorf(payments.ValidationError, "Malformed JSON.")
+}
+
+// malformed is the validation_error of a body that is not JSON.
+func malformed(syn *jsontext.SyntacticError) *payments.Error {
+	if errors.Is(syn.Err, jsontext.ErrDuplicateName) {
+		return payments.Errorf(payments.ValidationError, "Duplicate field: %s.", fieldName(string(syn.JSONPointer)))
+	}
+	where := ""
+	if f := fieldName(string(syn.JSONPointer)); f != "" {
+		where = " in field " + f
+	}
+	return payments.Errorf(payments.ValidationError, "Malformed JSON at byte %d%s.", syn.ByteOffset, where)
 }
 
 // fieldName turns a JSON pointer such as /price/amount into price.amount.

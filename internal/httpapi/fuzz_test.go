@@ -18,7 +18,15 @@ const fuzzTerm = "fuzzforbidden"
 // copy of the harness bound to its own *testing.T (see forInput).
 func fuzzServer(f *testing.F) (*harness, string, string) {
 	f.Helper()
-	h := newStack(f, harnessOpts{blocklist: fuzzTerm, ratePerHour: 1_000_000_000})
+	return fuzzServerWith(f, harnessOpts{})
+}
+
+// fuzzServerWith is fuzzServer with options; the blocklist and the rate
+// limit are the fuzz servers' own.
+func fuzzServerWith(f *testing.F, o harnessOpts) (*harness, string, string) {
+	f.Helper()
+	o.blocklist, o.ratePerHour = fuzzTerm, 1_000_000_000
+	h := newStack(f, o)
 	m, err := h.svc.CreateMerchant(context.Background(), "Fuzz merchant", "", payments.PlanFree)
 	if err != nil {
 		f.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/jmoiron/sqlx"
 
 	"paysvc/internal/apispec/validate"
@@ -30,11 +31,12 @@ import (
 // and a real Redis, whose every response is checked against the OpenAPI
 // description.
 type harness struct {
-	t     *testing.T
-	url   string
-	db    *sqlx.DB
-	store *postgres.Store
-	svc   *payments.Service
+	t      *testing.T
+	url    string
+	engine *gin.Engine // what url serves, for the fuzz targets that drive it directly
+	db     *sqlx.DB
+	store  *postgres.Store
+	svc    *payments.Service
 }
 
 type harnessOpts struct {
@@ -99,11 +101,15 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 		Pages:   hosted.New(svc, sb, nil),
 		Secrets: testBox,
 	})
+	engine, ok := handler.(*gin.Engine)
+	if !ok {
+		t.Fatalf("httpapi.New returned %T, want *gin.Engine", handler)
+	}
 	validatorOnce.Do(func() { validator, validatorErr = validate.New() })
 	if validatorErr != nil {
 		t.Fatalf("openapi validator: %v", validatorErr)
 	}
-	return &harness{url: srv.URL, db: db, store: store, svc: svc}
+	return &harness{url: srv.URL, engine: engine, db: db, store: store, svc: svc}
 }
 
 // merchant creates a merchant and returns its id.

@@ -99,12 +99,12 @@ func readBody(c *gin.Context) ([]byte, error) {
 
 // authenticate resolves the bearer key to a scope.
 func (s *Server) authenticate(c *gin.Context) {
-	raw, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
-	if !ok || raw == "" {
+	raw, ok := bearer(c.GetHeader("Authorization"))
+	if !ok {
 		s.writeError(c, payments.ErrUnauthorized())
 		return
 	}
-	sc, key, err := s.svc.Authenticate(c.Request.Context(), strings.TrimSpace(raw))
+	sc, key, err := s.svc.Authenticate(c.Request.Context(), raw)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -112,6 +112,14 @@ func (s *Server) authenticate(c *gin.Context) {
 	c.Set(ctxScope, sc)
 	c.Set(ctxKeyID, key.ID)
 	c.Next()
+}
+
+// bearer returns the credentials of an Authorization header of the Bearer
+// scheme, whose name is case-insensitive (RFC 9110, section 11.1).
+func bearer(h string) (string, bool) {
+	scheme, cred, _ := strings.Cut(strings.TrimSpace(h), " ")
+	cred = strings.TrimSpace(cred)
+	return cred, strings.EqualFold(scheme, "Bearer") && cred != ""
 }
 
 // rateLimit spends one request of the key's hourly budget. When Redis cannot
@@ -145,8 +153,7 @@ const (
 	// idempotencyWait bounds how long a repeat waits for an in-flight
 	// first request with its key; then it is told to retry (429). A first
 	// request takes milliseconds, a slow processor call seconds.
-	idempotencyWait  = 15 * time.Second
-	maxIdempotentKey = 255
+	idempotencyWait = 15 * time.Second
 )
 
 // Crash points of an idempotent request, where Deps.Crash is called.
@@ -166,10 +173,6 @@ func (s *Server) idempotency(c *gin.Context) {
 	key := c.GetHeader("Idempotency-Key")
 	if c.Request.Method != http.MethodPost || key == "" {
 		c.Next()
-		return
-	}
-	if len(key) > maxIdempotentKey {
-		s.abortWith(c, payments.ValidationError, "Idempotency-Key must be 1 to 255 characters.")
 		return
 	}
 	body, err := readBody(c)

@@ -64,6 +64,7 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time // idempotency records' time: base time, no merchant's
 	box     *secrets.Box
+	pages   *hosted.Pages
 	crash   func(point string)
 	wait    time.Duration // idempotencyWait; shorter in tests
 }
@@ -76,7 +77,7 @@ func New(d Deps) http.Handler {
 	if d.Secrets == nil {
 		panic("httpapi: Deps.Secrets is required")
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, crash: d.Crash, wait: idempotencyWait}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, pages: d.Pages, crash: d.Crash, wait: idempotencyWait}
 	if d.Service != nil {
 		s.now = d.Service.Clock().Base
 	}
@@ -90,7 +91,7 @@ func New(d Deps) http.Handler {
 	r.HandleMethodNotAllowed = false
 	r.ContextWithFallback = true
 
-	r.Use(s.edge, s.recoverPanics, metrics, s.limitBody)
+	r.Use(s.edge, s.recoverPanics, metrics, s.limitBody, s.gate)
 	r.NoRoute(func(c *gin.Context) {
 		s.abortWith(c, payments.EndpointNotFound, "Unrecognized request URL ("+c.Request.Method+" "+c.Request.URL.Path+").")
 	})

@@ -1,5 +1,7 @@
 package payments
 
+import "slices"
+
 // currencies is the set of ISO 4217 codes accepted, with the number of minor
 // units each has (0 for zero-decimal currencies such as JPY).
 var currencies = func() map[string]int {
@@ -29,3 +31,14 @@ var currencies = func() map[string]int {
 
 // MinorUnits returns how many decimal places currency c (lower case) has.
 func MinorUnits(c string) int { return currencies[c] }
+
+// Currencies returns the accepted codes, sorted (the OpenAPI description
+// lists the same).
+func Currencies() []string {
+	out := make([]string, 0, len(currencies))
+	for c := range currencies {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
+}

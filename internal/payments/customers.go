@@ -3,7 +3,11 @@ package payments
 import (
 	"context"
 	"time"
+	"unicode/utf8"
 )
+
+// maxPhoneLen bounds a customer's phone, in characters.
+const maxPhoneLen = 40
 
 // Customer is a buyer of the merchant.
 type Customer struct {
@@ -58,8 +62,8 @@ func (in *CustomerInput) validate(create bool) error {
 	if err := checkText("phone", in.Phone, false); err != nil {
 		return err
 	}
-	if in.Phone != nil && len(*in.Phone) > 40 {
-		return Invalid("phone", "must be at most 40 characters")
+	if in.Phone != nil && utf8.RuneCountInString(*in.Phone) > maxPhoneLen {
+		return Invalid("phone", "must be at most %d characters", maxPhoneLen)
 	}
 	return checkMetadata(in.Metadata)
 }

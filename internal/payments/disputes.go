@@ -3,8 +3,8 @@ package payments
 import (
 	"context"
 	"sort"
-	"strings"
 	"time"
+	"unicode/utf8"
 
 	"paysvc/internal/processor"
 )
@@ -108,11 +108,8 @@ func (in EvidenceInput) validate() error {
 		if !evidenceFields[k] {
 			return Invalid("evidence."+k, "is not a dispute evidence field")
 		}
-		if len(in.Evidence[k]) > maxEvidenceLen {
+		if utf8.RuneCountInString(in.Evidence[k]) > maxEvidenceLen {
 			return Invalid("evidence."+k, "must be at most %d characters", maxEvidenceLen)
-		}
-		if strings.ContainsRune(in.Evidence[k], 0) {
-			return Invalid("evidence."+k, "must not contain NUL characters")
 		}
 	}
 	return nil

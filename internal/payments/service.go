@@ -22,6 +22,9 @@ type Store interface {
 	// of its scope's sandbox clock.
 	KeyByHash(ctx context.Context, hash []byte) (KeyAuth, error)
 	ClockOffsets
+	// AdvanceClock moves the scope's sandbox clock forward and returns its
+	// new offset from real time.
+	AdvanceClock(ctx context.Context, sc Scope, by time.Duration) (time.Duration, error)
 	// RecordViolation stores a content violation and suspends the merchant
 	// when, counting it, at least threshold happened since `since`.
 	RecordViolation(ctx context.Context, sc Scope, field string, now, since time.Time, threshold int) (suspended bool, err error)

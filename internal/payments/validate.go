@@ -89,10 +89,14 @@ func checkHTTPS(field, raw string) error {
 	return nil
 }
 
-// emailPattern is the usual dot-atom address with a dotted domain of
-// letters, digits and hyphens: stricter than RFC 5322 (no quoted parts, no
-// IP literals), as is every address a shop will actually send mail to.
-var emailPattern = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+/=?^_` + "`" + `{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_` + "`" + `{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}$`)
+// EmailPattern is the usual dot-atom address with a dotted domain of
+// letters, digits and hyphens whose top-level label is letters or an IDN
+// in its ASCII form (xn--…): stricter than RFC 5322 (no quoted parts, no IP
+// literals), as is every address a shop will actually send mail to. The
+// OpenAPI description carries the same pattern.
+const EmailPattern = `^[A-Za-z0-9!#$%&'*+/=?^_` + "`" + `{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_` + "`" + `{|}~-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+([A-Za-z]{2,63}|[Xx][Nn]--[A-Za-z0-9-]{1,59})$`
+
+var emailPattern = regexp.MustCompile(EmailPattern)
 
 // ValidEmail reports whether s is an email address the service accepts.
 func ValidEmail(s string) bool { return len(s) <= 254 && emailPattern.MatchString(s) }
@@ -114,11 +118,9 @@ func checkText(field string, s *string, required bool) error {
 	if required && *s == "" {
 		return Invalid(field, "must be at least 1 character")
 	}
+	// Valid UTF-8 without NUL is the API edge's check (httpapi's gate).
 	if utf8.RuneCountInString(*s) > maxTextLen {
 		return Invalid(field, "must be at most %d characters", maxTextLen)
-	}
-	if !utf8.ValidString(*s) || strings.ContainsRune(*s, 0) {
-		return Invalid(field, "must be valid UTF-8 text")
 	}
 	return nil
 }

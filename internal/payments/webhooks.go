@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // EventTypes are the event types of the spec an endpoint may subscribe to.
@@ -24,6 +25,9 @@ const (
 
 // MaxEndpoints is how many endpoints a merchant may have per mode.
 const MaxEndpoints = 16
+
+// maxEndpointURL bounds an endpoint's URL, in characters.
+const maxEndpointURL = 2048
 
 // Endpoint is a webhook endpoint. Its secret exists in clear only in the
 // create response; storage keeps it sealed with SECRETS_KEY.
@@ -90,8 +94,8 @@ func (in *EndpointInput) validate() error {
 	if u.Scheme != "https" {
 		return Errorf(WebhookURLMustBeHTTPS, "Webhook endpoint URLs must use https://.")
 	}
-	if len(*in.URL) > 2048 {
-		return Invalid("url", "must be at most 2048 characters")
+	if utf8.RuneCountInString(*in.URL) > maxEndpointURL {
+		return Invalid("url", "must be at most %d characters", maxEndpointURL)
 	}
 	if in.Events == nil {
 		in.Events = []string{"*"}

@@ -83,6 +83,21 @@ func New() (*Validator, error) {
 	return shared, sharedErr
 }
 
+// Model returns a freshly built model of apispec.YAML, for tests that walk
+// the description themselves (the request generator of internal/httpapi).
+// It is not the Validator's: reading it needs no lock.
+func Model() (*v3.Document, error) {
+	doc, err := libopenapi.NewDocument(apispec.YAML)
+	if err != nil {
+		return nil, fmt.Errorf("apispec: parse openapi.yaml: %w", err)
+	}
+	model, err := doc.BuildV3Model()
+	if err != nil {
+		return nil, fmt.Errorf("apispec: build OpenAPI model: %w", err)
+	}
+	return &model.Model, nil
+}
+
 func validationOptions() []config.Option {
 	return []config.Option{
 		// Assert format keywords (uuid, email, uri), which JSON Schema 2020-12

@@ -786,3 +786,112 @@ func TestWebhooksSection(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestLimits: every limit the server enforces on a request is in the
+// description, so a client generated from it never sends what the server
+// refuses; lengths count characters.
+func TestRequestLimits(t *testing.T) {
+	v := mustNew(t)
+	rep := strings.Repeat
+	metadata := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `"k%d":"v"`, i)
+		}
+		return `{"email":"a@example.com","metadata":{` + b.String() + `}}`
+	}
+	session := func(field, value string) string {
+		b := map[string]any{
+			"line_items":  []any{map[string]any{"amount": 100, "currency": "usd", "name": "a", "quantity": 1}},
+			"success_url": "https://a.example/s?cs={CHECKOUT_SESSION_ID}", "cancel_url": "https://a.example/c",
+		}
+		b[field] = value
+		enc, _ := json.Marshal(b)
+		return string(enc)
+	}
+	cases := []struct {
+		name, method, target, body string
+		ok                         bool
+	}{
+		{"metadata key of 40 characters", "POST", "/v1/customers", `{"email":"a@example.com","metadata":{"` + rep("é", 40) + `":"v"}}`, true},
+		{"metadata key of 41 characters", "POST", "/v1/customers", `{"email":"a@example.com","metadata":{"` + rep("k", 41) + `":"v"}}`, false},
+		{"empty metadata key", "POST", "/v1/customers", `{"email":"a@example.com","metadata":{"":"v"}}`, false},
+		{"metadata value of 500 characters", "POST", "/v1/customers", `{"email":"a@example.com","metadata":{"k":"` + rep("é", 500) + `"}}`, true},
+		{"metadata value of 501 characters", "POST", "/v1/customers", `{"email":"a@example.com","metadata":{"k":"` + rep("v", 501) + `"}}`, false},
+		{"50 metadata keys", "POST", "/v1/customers", metadata(50), true},
+		{"51 metadata keys", "POST", "/v1/customers", metadata(51), false},
+		{"phone of 40 characters", "POST", "/v1/customers", `{"email":"a@example.com","phone":"` + rep("é", 40) + `"}`, true},
+		{"phone of 41 characters", "POST", "/v1/customers", `{"email":"a@example.com","phone":"` + rep("1", 41) + `"}`, false},
+		{"name of 5001 characters", "POST", "/v1/customers", `{"email":"a@example.com","name":"` + rep("a", 5001) + `"}`, false},
+		{"IDN top-level domain", "POST", "/v1/customers", `{"email":"a@example.xn--p1ai"}`, true},
+		{"quoted local part", "POST", "/v1/customers", `{"email":"\"a b\"@example.com"}`, false},
+		{"IP literal", "POST", "/v1/customers", `{"email":"a@[127.0.0.1]"}`, false},
+		{"null name", "POST", "/v1/customers", `{"email":"a@example.com","name":null}`, false},
+		{"known currency", "POST", "/v1/payment-intents", `{"amount":1,"currency":"jpy"}`, true},
+		{"unknown currency", "POST", "/v1/payment-intents", `{"amount":1,"currency":"zzz"}`, false},
+		{"intent description of 5001", "POST", "/v1/payment-intents", `{"amount":1,"currency":"usd","description":"` + rep("d", 5001) + `"}`, false},
+		{"product text of 5000", "POST", "/v1/products", `{"name":"` + rep("é", 5000) + `","tax_code":"` + rep("t", 5000) + `"}`, true},
+		{"product unit label of 5001", "POST", "/v1/products", `{"name":"a","unit_label":"` + rep("u", 5001) + `"}`, false},
+		{"product url without host", "POST", "/v1/products", `{"name":"a","url":"https://"}`, false},
+		{"product url with port only", "POST", "/v1/products", `{"name":"a","url":"https://:443/x"}`, false},
+		{"product image without host", "POST", "/v1/products", `{"name":"a","images":["https:///a.png"]}`, false},
+		{"product image bad escape", "POST", "/v1/products", `{"name":"a","images":["https://a.example/%zz"]}`, false},
+		{"product image IPv6", "POST", "/v1/products", `{"name":"a","images":["https://[2001:db8::1]:8443/a.png?x=1#y"]}`, true},
+		{"product update clears url", "PUT", "/v1/products/prod_x", `{"url":""}`, true},
+		{"product create empty url", "POST", "/v1/products", `{"name":"a","url":""}`, false},
+		{"session success url", "POST", "/v1/payment-sessions", session("success_url", "https://a.example/s?cs={CHECKOUT_SESSION_ID}"), true},
+		{"session success url without host", "POST", "/v1/payment-sessions", session("success_url", "https://?x"), false},
+		{"session line item currency", "POST", "/v1/payment-sessions", strings.Replace(session("cancel_url", "https://a.example/c"), `"usd"`, `"xyz"`, 1), false},
+		{"session shipping label of 5001", "POST", "/v1/payment-sessions", strings.Replace(session("cancel_url", "https://a.example/c"), `"cancel_url"`, `"shipping_options":[{"label":"`+rep("l", 5001)+`","amount":0}],"cancel_url"`, 1), false},
+		{"refund by session", "POST", "/v1/refunds", `{"session_id":"cs_x"}`, true},
+		{"refund by payment", "POST", "/v1/refunds", `{"payment_intent":"pi_x","amount":1}`, true},
+		{"refund by both", "POST", "/v1/refunds", `{"session_id":"cs_x","payment_intent":"pi_x"}`, false},
+		{"refund by neither", "POST", "/v1/refunds", `{"amount":1}`, false},
+		{"webhook url of 2048", "POST", "/v1/webhook-endpoints", `{"url":"https://a.example/` + rep("p", 2048-len("https://a.example/")) + `"}`, true},
+		{"webhook url of 2049", "POST", "/v1/webhook-endpoints", `{"url":"https://a.example/` + rep("p", 2049-len("https://a.example/")) + `"}`, false},
+		{"webhook url with credentials", "POST", "/v1/webhook-endpoints", `{"url":"https://u:p@a.example/"}`, false},
+		{"webhook star alone", "POST", "/v1/webhook-endpoints", `{"url":"https://a.example/","events":["*"]}`, true},
+		{"webhook star with a type", "POST", "/v1/webhook-endpoints", `{"url":"https://a.example/","events":["*","charge.refunded"]}`, false},
+		{"webhook description of 5001", "POST", "/v1/webhook-endpoints", `{"url":"https://a.example/","description":"` + rep("d", 5001) + `"}`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := v.Request(request(c.method, c.target, c.body))
+			if c.ok && err != nil {
+				t.Fatalf("valid request rejected:\n%v", err)
+			}
+			if !c.ok {
+				mustFail(t, err)
+			}
+		})
+	}
+	t.Run("idempotency key of 255 characters", func(t *testing.T) {
+		r := request(http.MethodPost, "/v1/customers", `{"email":"a@example.com"}`)
+		r.Header.Set("Idempotency-Key", rep("é", 255))
+		if err := v.Request(r); err != nil {
+			t.Fatalf("valid key rejected:\n%v", err)
+		}
+	})
+}
+
+// TestSharedPatterns: the description's patterns are the server's own.
+func TestSharedPatterns(t *testing.T) {
+	model, err := Model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas := model.Components.Schemas
+	if got := schemas.GetOrZero("Email").Schema().Pattern; got != payments.EmailPattern {
+		t.Errorf("Email pattern\n got %s\nwant %s (payments.EmailPattern)", got, payments.EmailPattern)
+	}
+	var codes []string
+	for _, n := range schemas.GetOrZero("Currency").Schema().Enum {
+		codes = append(codes, n.Value)
+	}
+	if want := payments.Currencies(); !slices.Equal(codes, want) {
+		t.Errorf("Currency enum\n got %v\nwant %v (payments.Currencies)", codes, want)
+	}
+}
