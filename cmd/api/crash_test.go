@@ -170,8 +170,8 @@ func TestIdempotencyKilledAtEachPoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pi, err := svc.RecordIntentOutcome(ctx, in.PaymentIntentID, sandbox.Charge(sandbox.CardSuccess)); err != nil || pi.Status != payments.IntentSucceeded {
-		t.Fatalf("pay: got %s, %v, want succeeded", pi.Status, err)
+	if o, err := sandbox.New(db, "http://sandbox.invalid").Cards(svc).ConfirmPayment(ctx, in.PaymentIntentID, in.PublishableKey, in.ClientSecret, sandbox.CardSuccess); err != nil || !o.Succeeded {
+		t.Fatalf("pay: got %+v, %v, want succeeded", o, err)
 	}
 
 	resources := []struct {

@@ -111,7 +111,7 @@ func serve(ctx context.Context) error {
 		Store:   env.Store,
 		Limiter: ratelimit.New(env.Redis, env.Config.RateLimitPerHour),
 		Log:     env.Log,
-		Pages:   hosted.New(d.Service, d.Sandbox, env.Log),
+		Pages:   hosted.New(d.Service, d.Sandbox.Cards(d.Service), env.Log),
 		Secrets: d.Secrets,
 		Crash:   crashHook,
 	})

@@ -760,11 +760,11 @@ func TestSandboxPayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pi, err := svc.RecordIntentOutcome(ctx, in.PaymentIntentID, sandbox.Charge(sandbox.CardSuccess))
-		if err != nil || pi.Status != payments.IntentSucceeded {
-			t.Fatalf("pay %d: got %s, %v, want succeeded", amount, pi.Status, err)
+		o, err := sandbox.New(db, "http://sandbox.invalid").Cards(svc).ConfirmPayment(ctx, in.PaymentIntentID, in.PublishableKey, in.ClientSecret, sandbox.CardSuccess)
+		if err != nil || !o.Succeeded {
+			t.Fatalf("pay %d: got %+v, %v, want succeeded", amount, o, err)
 		}
-		return pi.ID
+		return in.PaymentIntentID
 	}
 	net := func(amount int64) int64 { return amount - payments.Fee(payments.PlanFree, "usd", amount) }
 	payout := func(args ...string) map[string]any {

@@ -23,7 +23,6 @@ import (
 	"paysvc/internal/secrets"
 	"paysvc/internal/tasks"
 	"paysvc/internal/webhook"
-	"paysvc/internal/worker"
 )
 
 // Env is a process's connections and configuration.
@@ -107,7 +106,7 @@ func (e *Env) Enqueuer() (*tasks.Enqueuer, func()) {
 	enq := &tasks.Enqueuer{Client: client, Log: e.Log, Redis: e.Redis}
 	e.Store.OnCommit(func(ctx context.Context, jobs []payments.Job) {
 		// The request may be ending; the rows are committed either way.
-		enq.Enqueue(context.WithoutCancel(ctx), worker.Tasks(jobs))
+		enq.Enqueue(context.WithoutCancel(ctx), tasks.ForJobs(jobs))
 	})
 	return enq, func() { client.Close() }
 }

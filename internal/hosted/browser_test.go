@@ -82,7 +82,7 @@ func newStack(t *testing.T, sessionTTL time.Duration) *stack {
 		Service: svc,
 		Store:   store,
 		Limiter: ratelimit.New(testenv.Redis(t), 100000),
-		Pages:   hosted.New(svc, sb, nil),
+		Pages:   hosted.New(svc, sb.Cards(svc), nil),
 		Secrets: box,
 	})
 	return &stack{t: t, url: srv.URL, svc: svc}

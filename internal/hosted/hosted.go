@@ -5,6 +5,7 @@ package hosted
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -22,7 +23,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"paysvc/internal/payments"
-	"paysvc/internal/processor/sandbox"
+	"paysvc/internal/processor"
 )
 
 //go:embed templates/*.html
@@ -33,16 +34,30 @@ var staticFS embed.FS
 
 var pages = template.Must(template.ParseFS(templateFS, "templates/*.html"))
 
+// Processor is what the pages need from the processor they belong to: it
+// charges the card and records the outcome (as a processor event, applied
+// before it returns) so that the page can answer at once. The sandbox's
+// Cards is one.
+type Processor interface {
+	// PayCheckout returns the domain's errors, payments.ErrSessionClosed
+	// among them.
+	PayCheckout(ctx context.Context, sessionID string, p payments.CheckoutPayment, card string) (processor.Outcome, error)
+	// ConfirmPayment returns processor.ErrBadClientCredentials or
+	// payment_not_found for a caller that may not confirm the payment, and
+	// payments.ErrAlreadyPaid for a payment that succeeded before.
+	ConfirmPayment(ctx context.Context, id, publishableKey, clientSecret, card string) (processor.Outcome, error)
+}
+
 // Pages serves the hosted pages.
 type Pages struct {
 	svc     *payments.Service
-	sandbox *sandbox.Sandbox
+	sandbox Processor
 	log     *slog.Logger
 }
 
 // New returns the hosted pages. They read the time of each session's
 // merchant and mode on svc's Clock.
-func New(svc *payments.Service, sb *sandbox.Sandbox, log *slog.Logger) *Pages {
+func New(svc *payments.Service, sb Processor, log *slog.Logger) *Pages {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -338,8 +353,7 @@ func (p *Pages) checkoutPay(c *gin.Context) {
 		render(c, http.StatusBadRequest, "checkout.html", p.view(cs, f, errs, "Please correct the highlighted fields."))
 		return
 	}
-	pay.Outcome = sandbox.Charge(card)
-	done, err := p.svc.RecordCheckoutPayment(c.Request.Context(), cs.ID, pay)
+	outcome, err := p.sandbox.PayCheckout(c.Request.Context(), cs.ID, pay, card)
 	var closed payments.ErrSessionClosed
 	switch {
 	case errors.As(err, &closed):
@@ -347,10 +361,10 @@ func (p *Pages) checkoutPay(c *gin.Context) {
 	case err != nil:
 		p.log.ErrorContext(c.Request.Context(), "record checkout payment", "session", cs.ID, "error", err)
 		p.message(c, http.StatusInternalServerError, message{Title: "Something went wrong", Message: "Your card was not charged. Please try again."})
-	case !pay.Outcome.Succeeded:
-		render(c, http.StatusPaymentRequired, "checkout.html", p.view(cs, f, nil, declineMessages[pay.Outcome.DeclineCode]+" Try another card."))
+	case !outcome.Succeeded:
+		render(c, http.StatusPaymentRequired, "checkout.html", p.view(cs, f, nil, declineMessages[outcome.DeclineCode]+" Try another card."))
 	default:
-		c.Redirect(http.StatusSeeOther, successURL(done))
+		c.Redirect(http.StatusSeeOther, successURL(cs))
 	}
 }
 
@@ -406,31 +420,26 @@ func (p *Pages) confirm(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	unauthorized := confirmResponse{Error: &confirmError{Code: "unauthorized", Message: "Invalid publishable key or client secret."}}
-	sc, pi, err := p.svc.IntentForConfirm(ctx, c.Param("id"))
-	if err == nil {
-		err = p.sandbox.CheckConfirm(ctx, sc, pi, req.PublishableKey, req.ClientSecret)
-	}
-	if err != nil {
-		if payments.ErrorCode(err) != payments.PaymentNotFound && !errors.Is(err, sandbox.ErrBadCredentials) {
-			p.log.ErrorContext(ctx, "confirm payment", "payment", c.Param("id"), "error", err)
-			c.JSON(http.StatusInternalServerError, confirmResponse{Error: &confirmError{Code: "internal_error", Message: "Please try again."}})
-			return
-		}
+	id := c.Param("id")
+	outcome, err := p.sandbox.ConfirmPayment(ctx, id, req.PublishableKey, req.ClientSecret, req.CardNumber)
+	if payments.ErrorCode(err) == payments.PaymentNotFound || errors.Is(err, processor.ErrBadClientCredentials) {
 		c.JSON(http.StatusUnauthorized, unauthorized)
 		return
 	}
-	outcome := sandbox.Charge(req.CardNumber)
-	pi, err = p.svc.RecordIntentOutcome(ctx, pi.ID, outcome)
+	status := payments.IntentSucceeded
+	if !outcome.Succeeded {
+		status = payments.IntentRequiresPaymentMethod
+	}
 	switch {
 	case errors.Is(err, payments.ErrAlreadyPaid):
 		c.JSON(http.StatusOK, confirmResponse{ID: c.Param("id"), Status: payments.IntentSucceeded})
 	case err != nil:
-		p.log.ErrorContext(ctx, "confirm payment", "payment", pi.ID, "error", err)
+		p.log.ErrorContext(ctx, "confirm payment", "payment", id, "error", err)
 		c.JSON(http.StatusInternalServerError, confirmResponse{Error: &confirmError{Code: "internal_error", Message: "Your card was not charged. Please try again."}})
 	case !outcome.Succeeded:
-		c.JSON(http.StatusPaymentRequired, confirmResponse{ID: pi.ID, Status: pi.Status, Error: &confirmError{
+		c.JSON(http.StatusPaymentRequired, confirmResponse{ID: id, Status: status, Error: &confirmError{
 			Code: "card_declined", DeclineCode: outcome.DeclineCode, Message: declineMessages[outcome.DeclineCode]}})
 	default:
-		c.JSON(http.StatusOK, confirmResponse{ID: pi.ID, Status: pi.Status})
+		c.JSON(http.StatusOK, confirmResponse{ID: id, Status: status})
 	}
 }

@@ -83,7 +83,7 @@ func TestDisputeOpen(t *testing.T) {
 		Reason    string     `db:"reason"`
 		Processed *time.Time `db:"processed_at"`
 	}
-	if err := h.db.Get(&pev, `SELECT id, type, data->>'reason' AS reason, processed_at FROM processor_events WHERE payment_intent_id = $1`, pi); err != nil {
+	if err := h.db.Get(&pev, `SELECT id, type, data->>'reason' AS reason, processed_at FROM processor_events WHERE payment_intent_id = $1 AND type = 'dispute.created'`, pi); err != nil {
 		t.Fatalf("processor event of the dispute card: %v", err)
 	}
 	if pev.Type != "dispute.created" || pev.Reason != "fraudulent" || pev.Processed != nil {

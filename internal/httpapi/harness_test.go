@@ -98,7 +98,7 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 		Service: svc,
 		Store:   store,
 		Limiter: ratelimit.New(testenv.Redis(t), o.ratePerHour),
-		Pages:   hosted.New(svc, sb, nil),
+		Pages:   hosted.New(svc, sb.Cards(svc), nil),
 		Secrets: testBox,
 	})
 	engine, ok := handler.(*gin.Engine)

@@ -20,7 +20,7 @@ func fuzzPayment(f *testing.F, h *harness, merchantID string, amount int64, card
 	if err != nil {
 		f.Fatal(err)
 	}
-	if _, err := h.svc.RecordIntentOutcome(ctx, created.PaymentIntentID, sandbox.Charge(card)); err != nil {
+	if _, err := sandbox.New(h.db, "http://checkout.test").Cards(h.svc).ConfirmPayment(ctx, created.PaymentIntentID, created.PublishableKey, created.ClientSecret, card); err != nil {
 		f.Fatal(err)
 	}
 	return created.PaymentIntentID
@@ -87,7 +87,7 @@ func FuzzDisputeEvidence(f *testing.F) {
 	ctx := context.Background()
 	sc := payments.Scope{MerchantID: m}
 	var pev, dp string
-	if err := h.db.Get(&pev, `SELECT id FROM processor_events WHERE payment_intent_id = $1`, pi); err != nil {
+	if err := h.db.Get(&pev, `SELECT id FROM processor_events WHERE payment_intent_id = $1 AND type = 'dispute.created'`, pi); err != nil {
 		f.Fatal(err)
 	}
 	if err := h.svc.ApplyProcessorEvent(ctx, sc, pev); err != nil {

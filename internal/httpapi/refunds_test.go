@@ -251,7 +251,7 @@ func moneySnapshot(t *testing.T, h *harness, merchants ...string) string {
 func processorEventOf(t *testing.T, h *harness, pi string) string {
 	t.Helper()
 	var id string
-	if err := h.db.Get(&id, `SELECT id FROM processor_events WHERE payment_intent_id = $1`, pi); err != nil {
+	if err := h.db.Get(&id, `SELECT id FROM processor_events WHERE payment_intent_id = $1 AND type = 'dispute.created'`, pi); err != nil {
 		t.Fatalf("processor event of %s: %v", pi, err)
 	}
 	return id

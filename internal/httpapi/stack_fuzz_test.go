@@ -74,7 +74,7 @@ func newStackObjects(f *testing.F, h *harness, merchantID string) stackObjects {
 	must(err)
 	disputed := fuzzPayment(f, h, merchantID, 2500, sandbox.CardDispute)
 	var pev string
-	must(h.db.Get(&pev, `SELECT id FROM processor_events WHERE payment_intent_id = $1`, disputed))
+	must(h.db.Get(&pev, `SELECT id FROM processor_events WHERE payment_intent_id = $1 AND type = 'dispute.created'`, disputed))
 	must(h.svc.ApplyProcessorEvent(ctx, sc, pev))
 	must(h.db.Get(&o.dispute, `SELECT id FROM disputes WHERE payment_intent_id = $1`, disputed))
 	we, err := h.svc.CreateEndpoint(ctx, sc, payments.EndpointInput{URL: str("https://hooks.example/in")})

@@ -160,16 +160,18 @@ func (s *Service) UpdateEvidence(ctx context.Context, sc Scope, id string, in Ev
 	})
 }
 
-// ApplyProcessorEvent applies a stored processor event once; an event
-// applied already is a no-op.
-func (s *Service) ApplyProcessorEvent(ctx context.Context, sc Scope, id string) error {
+// applyDisputeCreated applies dispute.created: a dispute opens on the
+// payment (see openDispute); a payment with nothing left to dispute is left
+// alone and the event is marked applied all the same.
+func (s *Service) applyDisputeCreated(ctx context.Context, a *application) error {
+	if a.sc == nil {
+		return Errorf(ValidationError, "dispute.created is applied by a worker") // never reported to a waiting page
+	}
+	sc := *a.sc
 	now := s.clock.Now(ctx, sc)
-	return s.store.ApplyProcessorEvent(ctx, sc, id, func(ev ProcessorEvent, pi *PaymentIntent) (*Dispute, Effects, error) {
-		if ev.Type != ProcessorDisputeCreated {
-			return nil, Effects{}, nil // a type this version does not act on
-		}
-		d, eff := openDispute(sc, ev, pi, now)
-		return d, eff, nil
+	return s.store.OpenDispute(ctx, sc, a.ev.PaymentIntentID, func(pi *PaymentIntent) (*Dispute, Effects) {
+		d, eff := openDispute(sc, a.ev, pi, now)
+		return d, a.effects(eff, pi.ID, now)
 	})
 }
 
@@ -180,7 +182,7 @@ func openDispute(sc Scope, ev ProcessorEvent, pi *PaymentIntent, now time.Time) 
 	if pi.DisputeID != nil || pi.Status != IntentSucceeded || amount <= 0 {
 		return nil, Effects{} // nothing left to dispute
 	}
-	reason := ev.Data["reason"]
+	reason := ev.Data.Reason
 	if reason == "" {
 		reason = "general"
 	}

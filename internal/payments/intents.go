@@ -138,37 +138,27 @@ func (s *Service) TestPayments(ctx context.Context, sc Scope, lp ListParams) (Pa
 	return s.store.Payments(ctx, sc, lp)
 }
 
-// succeed marks a payment paid in full and fixes its fee. Its effects are
-// the balance's credit of the amount net of the fee and, when the
-// processor reports one coming (the sandbox's dispute card), the dispute to
-// open after it.
-func (pi *PaymentIntent) succeed(plan Plan, o processor.Outcome, now time.Time) Effects {
+// succeed marks a payment paid in full and fixes its fee. Its effect is
+// the balance's credit of the amount net of the fee.
+func (pi *PaymentIntent) succeed(plan Plan, last4 string, now time.Time) Effects {
 	pi.Status = IntentSucceeded
 	pi.AmountReceived = pi.Amount
 	pi.Fee = Fee(plan, pi.Currency, pi.Amount)
 	pi.SucceededAt = &now
 	pi.LastDeclineCode = nil
-	if o.Last4 != "" {
-		pi.CardLast4 = &o.Last4
+	if last4 != "" {
+		pi.CardLast4 = &last4
 	}
 	credit := newEntry(LedgerPayment, pi.AmountReceived-pi.Fee, pi.Currency, pi.ID, now)
 	credit.Fee = pi.Fee
-	eff := Effects{Ledger: []LedgerEntry{credit}}
-	if o.Dispute {
-		eff.ProcessorEvents = []ProcessorEvent{{
-			ID: NewID("pev_"), Type: ProcessorDisputeCreated, PaymentIntentID: pi.ID,
-			Data: map[string]string{"reason": "fraudulent"}, Created: now,
-		}}
-	}
-	return eff
+	return Effects{Ledger: []LedgerEntry{credit}}
 }
 
-func (pi *PaymentIntent) decline(o processor.Outcome) {
+func (pi *PaymentIntent) decline(declineCode, last4 string) {
 	pi.Status = IntentRequiresPaymentMethod
-	code := o.DeclineCode
-	pi.LastDeclineCode = &code
-	if o.Last4 != "" {
-		pi.CardLast4 = &o.Last4
+	pi.LastDeclineCode = &declineCode
+	if last4 != "" {
+		pi.CardLast4 = &last4
 	}
 }
 
@@ -176,23 +166,37 @@ func (pi *PaymentIntent) decline(o processor.Outcome) {
 // already succeeded: the caller shows success without charging again.
 var ErrAlreadyPaid = Errorf(ValidationError, "This payment has already succeeded.")
 
-// RecordIntentOutcome applies the processor's outcome of an embedded payment
-// confirmation, with its event, in one transaction. A payment that already
-// succeeded is left alone (ErrAlreadyPaid): confirming twice charges once.
-func (s *Service) RecordIntentOutcome(ctx context.Context, id string, o processor.Outcome) (PaymentIntent, error) {
-	return s.store.UpdateIntentByID(ctx, id, func(sc Scope, plan Plan, pi *PaymentIntent) (Effects, error) {
+// applyChargeSucceeded applies charge.succeeded to an embedded payment,
+// with payment_intent.succeeded. A payment that already succeeded is left
+// alone (ErrAlreadyPaid): confirming twice charges once.
+func (s *Service) applyChargeSucceeded(ctx context.Context, a *application) error {
+	return s.applyCharge(ctx, a, true)
+}
+
+// applyChargeFailed applies charge.failed to an embedded payment: the
+// decline is recorded, with payment_intent.payment_failed.
+func (s *Service) applyChargeFailed(ctx context.Context, a *application) error {
+	return s.applyCharge(ctx, a, false)
+}
+
+func (s *Service) applyCharge(ctx context.Context, a *application, succeeded bool) error {
+	_, err := s.store.UpdateIntentByID(ctx, a.ev.PaymentIntentID, func(sc Scope, plan Plan, pi *PaymentIntent) (Effects, error) {
+		if !a.inScope(sc) {
+			return Effects{}, NotFound(PaymentNotFound, pi.ID)
+		}
 		if pi.Status == IntentSucceeded {
 			return Effects{}, ErrAlreadyPaid
 		}
 		now := s.clock.Now(ctx, sc)
-		if !o.Succeeded {
-			pi.decline(o)
-			return Effects{Events: []Event{newEvent(EventPaymentFailed, pi.Object(), now)}}, nil
+		if !succeeded {
+			pi.decline(a.ev.Data.DeclineCode, a.ev.Data.CardLast4)
+			return a.effects(Effects{Events: []Event{newEvent(EventPaymentFailed, pi.Object(), now)}}, pi.ID, now), nil
 		}
-		eff := pi.succeed(plan, o, now)
+		eff := pi.succeed(plan, a.ev.Data.CardLast4, now)
 		eff.Events = []Event{newEvent(EventPaymentSucceeded, pi.Object(), now)}
-		return eff, nil
+		return a.effects(eff, pi.ID, now), nil
 	})
+	return err
 }
 
 // IntentForConfirm reads a payment by id alone, for the processor's confirm

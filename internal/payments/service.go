@@ -95,10 +95,14 @@ type Store interface {
 	// plus the scope's sandbox offset), passing fn that time, and saves them
 	// with fn's effects.
 	CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(d *Dispute, now time.Time) (Effects, error)) (int, error)
-	// ApplyProcessorEvent locks an unapplied processor event and its
-	// payment, runs fn, inserts the dispute fn returns (if any), saves the
-	// payment with fn's effects and marks the event applied.
-	ApplyProcessorEvent(ctx context.Context, sc Scope, id string, fn func(ev ProcessorEvent, pi *PaymentIntent) (*Dispute, Effects, error)) error
+	// ProcessorEvent reads a stored processor event and whether it was
+	// applied; one that is not the scope's reads as applied (nothing to do).
+	ProcessorEvent(ctx context.Context, sc Scope, id string) (ev ProcessorEvent, applied bool, err error)
+	// OpenDispute locks the payment, runs fn, inserts the dispute fn
+	// returns (if any) and saves the payment with fn's effects.
+	OpenDispute(ctx context.Context, sc Scope, paymentID string, fn func(pi *PaymentIntent) (*Dispute, Effects)) error
+	// MarkProcessorEvent marks a stored event applied with no other change.
+	MarkProcessorEvent(ctx context.Context, sc Scope, ev ProcessorEvent) error
 
 	// CreateEndpoint inserts an endpoint unless the scope has max already.
 	CreateEndpoint(ctx context.Context, sc Scope, e Endpoint, sealedSecret []byte, max int) error

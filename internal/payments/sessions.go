@@ -319,14 +319,13 @@ type SaleablePrice struct {
 	ProductName string
 }
 
-// CheckoutPayment is what the customer submitted on the hosted page, with
-// the processor's outcome of the charge.
+// CheckoutPayment is what the customer submitted on the hosted page,
+// besides the card, which only the processor sees.
 type CheckoutPayment struct {
 	Email    string
 	Name     string
 	Shipping *ShippingDetails
 	Billing  *Address
-	Outcome  processor.Outcome
 }
 
 // ErrSessionClosed is returned for a payment on a session that is no longer
@@ -335,15 +334,28 @@ type ErrSessionClosed struct{ Status string }
 
 func (e ErrSessionClosed) Error() string { return "checkout session is " + e.Status }
 
-// RecordCheckoutPayment applies a checkout payment's outcome in one
-// transaction with the session locked: on success the session completes and
-// its payment succeeds, with checkout.session.completed and
-// payment_intent.succeeded; on a decline the payment records the decline
-// with payment_intent.payment_failed and the session stays open for another
-// try. A session that is not open (paid in another tab, a double submit,
-// expired) is left alone: ErrSessionClosed. A customer is charged once.
-func (s *Service) RecordCheckoutPayment(ctx context.Context, sessionID string, p CheckoutPayment) (CheckoutSession, error) {
-	return s.store.PayCheckout(ctx, sessionID, func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) (Effects, error) {
+// applyCheckoutCompleted applies checkout.completed in one transaction with
+// the session locked: the session completes and its payment succeeds, with
+// checkout.session.completed and payment_intent.succeeded. A session that
+// is not open (paid in another tab, a double submit, expired) is left
+// alone: ErrSessionClosed. A customer is charged once.
+func (s *Service) applyCheckoutCompleted(ctx context.Context, a *application) error {
+	return s.applyCheckout(ctx, a, true)
+}
+
+// applyCheckoutFailed applies checkout.payment_failed: the session's
+// payment records the decline with payment_intent.payment_failed and the
+// session stays open for another try. ErrSessionClosed as above.
+func (s *Service) applyCheckoutFailed(ctx context.Context, a *application) error {
+	return s.applyCheckout(ctx, a, false)
+}
+
+func (s *Service) applyCheckout(ctx context.Context, a *application, succeeded bool) error {
+	p := a.ev.Data
+	_, err := s.store.PayCheckout(ctx, p.SessionID, func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) (Effects, error) {
+		if !a.inScope(sc) {
+			return Effects{}, NotFound(SessionNotFound, p.SessionID)
+		}
 		now := s.clock.Now(ctx, sc)
 		if status := cs.StatusAt(now); status != SessionOpen {
 			return Effects{}, ErrSessionClosed{Status: status} // an expired one: the sweep will mark it
@@ -367,11 +379,11 @@ func (s *Service) RecordCheckoutPayment(ctx context.Context, sessionID string, p
 			pi.CustomerName = &p.Name
 		}
 		cs.PaymentIntentID = &pi.ID
-		if !p.Outcome.Succeeded {
-			pi.decline(p.Outcome)
-			return Effects{Events: []Event{newEvent(EventPaymentFailed, pi.Object(), now)}}, nil
+		if !succeeded {
+			pi.decline(p.DeclineCode, p.CardLast4)
+			return a.effects(Effects{Events: []Event{newEvent(EventPaymentFailed, pi.Object(), now)}}, pi.ID, now), nil
 		}
-		eff := pi.succeed(plan, p.Outcome, now)
+		eff := pi.succeed(plan, p.CardLast4, now)
 		cs.Status, cs.PaymentStatus, cs.AmountTotal, cs.CompletedAt = SessionComplete, PaymentPaid, total, &now
 		cs.Shipping, cs.Billing = p.Shipping, p.Billing
 		if cs.CustomerEmail == nil && p.Email != "" {
@@ -381,8 +393,9 @@ func (s *Service) RecordCheckoutPayment(ctx context.Context, sessionID string, p
 			newEvent(EventSessionCompleted, cs.Object(), now),
 			newEvent(EventPaymentSucceeded, pi.Object(), now),
 		}
-		return eff, nil
+		return a.effects(eff, pi.ID, now), nil
 	})
+	return err
 }
 
 // SessionForCheckout reads a session by id alone, for the public hosted page

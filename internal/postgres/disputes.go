@@ -129,44 +129,45 @@ func (s *Store) RecordEvidenceSent(ctx context.Context, sc payments.Scope, id st
 	return d, err
 }
 
-// ApplyProcessorEvent locks an unapplied processor event and its payment,
-// runs fn, inserts the dispute fn opens, saves the payment with fn's
-// effects and marks the event applied, in one transaction. An event
-// applied already is left alone.
-func (s *Store) ApplyProcessorEvent(ctx context.Context, sc payments.Scope, id string, fn func(payments.ProcessorEvent, *payments.PaymentIntent) (*payments.Dispute, payments.Effects, error)) error {
+// ProcessorEvent reads a stored processor event and whether it was
+// applied. An event that is not the scope's (or does not exist) reads as
+// applied: there is nothing to do.
+func (s *Store) ProcessorEvent(ctx context.Context, sc payments.Scope, id string) (payments.ProcessorEvent, bool, error) {
+	var r struct {
+		ID         string         `db:"id"`
+		ExternalID sql.NullString `db:"external_id"`
+		Type       string         `db:"type"`
+		PaymentID  sql.NullString `db:"payment_intent_id"`
+		Data       []byte         `db:"data"`
+		Applied    bool           `db:"applied"`
+		CreatedAt  time.Time      `db:"created_at"`
+	}
+	const q = `SELECT id, external_id, type, payment_intent_id, data, processed_at IS NOT NULL AS applied, created_at
+	FROM processor_events WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.ProcessorEvent{}, true, nil
+	}
+	if err != nil {
+		return payments.ProcessorEvent{}, false, fmt.Errorf("select processor event: %w", err)
+	}
+	ev := payments.ProcessorEvent{ID: r.ID, ExternalID: r.ExternalID.String, Type: r.Type, PaymentIntentID: r.PaymentID.String, Created: r.CreatedAt}
+	if err := json.Unmarshal(r.Data, &ev.Data); err != nil {
+		return ev, false, fmt.Errorf("decode processor event %s: %w", id, err)
+	}
+	return ev, r.Applied, nil
+}
+
+// OpenDispute locks the payment, runs fn, inserts the dispute fn opens,
+// saves the payment and writes fn's effects (which mark the processor event
+// applied), in one transaction.
+func (s *Store) OpenDispute(ctx context.Context, sc payments.Scope, paymentID string, fn func(*payments.PaymentIntent) (*payments.Dispute, payments.Effects)) error {
 	return s.inTx(ctx, func(tx *txn) error {
-		var r struct {
-			ID        string         `db:"id"`
-			Type      string         `db:"type"`
-			PaymentID sql.NullString `db:"payment_intent_id"`
-			Data      []byte         `db:"data"`
-			CreatedAt time.Time      `db:"created_at"`
-		}
-		const q = `SELECT id, type, payment_intent_id, data, created_at FROM processor_events
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND processed_at IS NULL FOR UPDATE`
-		err := tx.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil // applied already, or not ours
-		}
-		if err != nil {
-			return fmt.Errorf("lock processor event: %w", err)
-		}
-		ev := payments.ProcessorEvent{ID: r.ID, Type: r.Type, PaymentIntentID: r.PaymentID.String, Created: r.CreatedAt}
-		if err := json.Unmarshal(r.Data, &ev.Data); err != nil {
-			return fmt.Errorf("decode processor event %s: %w", id, err)
-		}
-		// The event row is locked before the payment; no other path locks
-		// processor events, so the order cannot deadlock.
-		var pi payments.PaymentIntent
-		if r.PaymentID.Valid {
-			if pi, err = intent(ctx, tx, sc, r.PaymentID.String, " FOR UPDATE"); err != nil {
-				return err
-			}
-		}
-		d, eff, err := fn(ev, &pi)
+		pi, err := intent(ctx, tx, sc, paymentID, " FOR UPDATE")
 		if err != nil {
 			return err
 		}
+		d, eff := fn(&pi)
 		if d != nil {
 			const ins = `INSERT INTO disputes (merchant_id, livemode, id, payment_intent_id, amount, currency, reason, status,
 				evidence, evidence_due_by, created_at)
@@ -179,10 +180,14 @@ func (s *Store) ApplyProcessorEvent(ctx context.Context, sc payments.Scope, id s
 				return err
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE processor_events SET processed_at = now() WHERE id = $1`, id); err != nil {
-			return fmt.Errorf("mark processor event applied: %w", err)
-		}
 		return applyEffects(ctx, tx, sc, eff)
+	})
+}
+
+// MarkProcessorEvent marks a stored processor event applied.
+func (s *Store) MarkProcessorEvent(ctx context.Context, sc payments.Scope, ev payments.ProcessorEvent) error {
+	return s.inTx(ctx, func(tx *txn) error {
+		return applyEffects(ctx, tx, sc, payments.Effects{Applied: &ev})
 	})
 }
 

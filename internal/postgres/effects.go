@@ -2,8 +2,12 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lib/pq"
 
 	"paysvc/internal/payments"
 )
@@ -36,10 +40,32 @@ func applyEffects(ctx context.Context, tx *txn, sc payments.Scope, eff payments.
 			return fmt.Errorf("insert ledger entry %s of %s: %w", e.Type, e.SourceID, err)
 		}
 	}
+	if pe := eff.Applied; pe != nil {
+		// A new event (the processor's page reported it) is inserted
+		// applied; a stored one is marked. No row back: it was applied
+		// already, and the change must not happen twice. An ExternalID
+		// received before breaks its unique index the same way.
+		const q = `INSERT INTO processor_events (id, merchant_id, livemode, type, payment_intent_id, data, external_id, processed_at, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8)
+		ON CONFLICT (id) DO UPDATE SET processed_at = now()
+		WHERE processor_events.processed_at IS NULL
+			AND processor_events.merchant_id = EXCLUDED.merchant_id AND processor_events.livemode = EXCLUDED.livemode
+		RETURNING id`
+		var id string
+		err := tx.GetContext(ctx, &id, q, pe.ID, sc.MerchantID, sc.Live, pe.Type, nullIfEmpty(pe.PaymentIntentID), jsonb(pe.Data),
+			nullIfEmpty(pe.ExternalID), pe.Created)
+		if errors.Is(err, sql.ErrNoRows) || isUniqueViolation(err, "processor_events_external_id_key") {
+			return payments.ErrEventApplied
+		}
+		if err != nil {
+			return fmt.Errorf("record processor event applied: %w", err)
+		}
+	}
 	for _, pe := range eff.ProcessorEvents {
-		const q = `INSERT INTO processor_events (id, merchant_id, livemode, type, payment_intent_id, data, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`
-		if _, err := tx.ExecContext(ctx, q, pe.ID, sc.MerchantID, sc.Live, pe.Type, nullIfEmpty(pe.PaymentIntentID), jsonb(nonNilMap(pe.Data)), pe.Created); err != nil {
+		const q = `INSERT INTO processor_events (id, merchant_id, livemode, type, payment_intent_id, data, external_id, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+		if _, err := tx.ExecContext(ctx, q, pe.ID, sc.MerchantID, sc.Live, pe.Type, nullIfEmpty(pe.PaymentIntentID), jsonb(pe.Data),
+			nullIfEmpty(pe.ExternalID), pe.Created); err != nil {
 			return fmt.Errorf("insert processor event: %w", err)
 		}
 		tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobProcessorEvent, ID: pe.ID, MerchantID: sc.MerchantID, Live: sc.Live})
@@ -86,43 +112,58 @@ const foldCredits = `folded AS (
 		RETURNING amount
 	), credit AS (SELECT coalesce(sum(amount), 0) AS credit FROM folded)`
 
-// StrandedJobs returns work whose task may have vanished (Redis lost its
-// data, or a process died between commit and enqueue): pending deliveries
-// overdue since before, and refunds, processor events and submitted
-// evidence still waiting since before. At most limit of each kind, oldest
-// first; enqueueing one whose task still exists is a no-op.
+// The stranded-work queries of tasks.StrandedStore, one per job kind: rows
+// whose task may have vanished (Redis lost its data, or a process died
+// between commit and enqueue), waiting since before, oldest first, at most
+// limit. The relay (tasks.Kinds) sets each job's kind.
 //
 // before is base time: rows are dated on their scope's clock, so each is
 // compared with before plus its scope's sandbox offset (onItsClock). The
 // pending sets are work in flight, and without sandbox clocks the added
 // bound is before itself: the indexes are used as they were.
-func (s *Store) StrandedJobs(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
-	queries := []struct {
-		kind payments.JobKind
-		q    string
-	}{
-		{payments.JobDeliverWebhook, `SELECT id, merchant_id, livemode FROM webhook_deliveries t
-			WHERE status = 'pending' AND ` + onItsClock("next_attempt_at") + ` ORDER BY next_attempt_at LIMIT $2`},
-		{payments.JobExecuteRefund, `SELECT id, merchant_id, livemode FROM refunds t
-			WHERE status = 'pending' AND ` + onItsClock("created_at") + ` ORDER BY created_at LIMIT $2`},
-		{payments.JobProcessorEvent, `SELECT id, merchant_id, livemode FROM processor_events t
-			WHERE processed_at IS NULL AND ` + onItsClock("created_at") + ` ORDER BY created_at LIMIT $2`},
-		{payments.JobSubmitEvidence, `SELECT id, merchant_id, livemode FROM disputes t
-			WHERE submitted_at IS NOT NULL AND evidence_sent_at IS NULL AND ` + onItsClock("submitted_at") + ` ORDER BY submitted_at LIMIT $2`},
+
+// StrandedDeliveries returns pending deliveries overdue since before.
+func (s *Store) StrandedDeliveries(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
+	q := `SELECT id, merchant_id, livemode FROM webhook_deliveries t
+	WHERE status = 'pending' AND ` + onItsClock("next_attempt_at") + ` ORDER BY next_attempt_at LIMIT $2`
+	return s.stranded(ctx, q, before, limit)
+}
+
+// StrandedRefunds returns refunds pending since before.
+func (s *Store) StrandedRefunds(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
+	q := `SELECT id, merchant_id, livemode FROM refunds t
+	WHERE status = 'pending' AND ` + onItsClock("created_at") + ` ORDER BY created_at LIMIT $2`
+	return s.stranded(ctx, q, before, limit)
+}
+
+// StrandedProcessorEvents returns processor events unapplied since before.
+func (s *Store) StrandedProcessorEvents(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
+	q := `SELECT id, merchant_id, livemode FROM processor_events t
+	WHERE processed_at IS NULL AND ` + onItsClock("created_at") + ` ORDER BY created_at LIMIT $2`
+	return s.stranded(ctx, q, before, limit)
+}
+
+// StrandedEvidence returns dispute evidence submitted before and not yet
+// sent to the processor.
+func (s *Store) StrandedEvidence(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
+	q := `SELECT id, merchant_id, livemode FROM disputes t
+	WHERE submitted_at IS NOT NULL AND evidence_sent_at IS NULL AND ` + onItsClock("submitted_at") + ` ORDER BY submitted_at LIMIT $2`
+	return s.stranded(ctx, q, before, limit)
+}
+
+// stranded runs one stranded-work query: (id, merchant_id, livemode) rows.
+func (s *Store) stranded(ctx context.Context, q string, before time.Time, limit int) ([]payments.Job, error) {
+	var rows []struct {
+		ID         string `db:"id"`
+		MerchantID string `db:"merchant_id"`
+		Live       bool   `db:"livemode"`
 	}
-	var out []payments.Job
-	for _, k := range queries {
-		var rows []struct {
-			ID         string `db:"id"`
-			MerchantID string `db:"merchant_id"`
-			Live       bool   `db:"livemode"`
-		}
-		if err := s.q.SelectContext(ctx, &rows, k.q, before, limit); err != nil {
-			return nil, fmt.Errorf("select stranded %s jobs: %w", k.kind, err)
-		}
-		for _, r := range rows {
-			out = append(out, payments.Job{Kind: k.kind, ID: r.ID, MerchantID: r.MerchantID, Live: r.Live})
-		}
+	if err := s.q.SelectContext(ctx, &rows, q, before, limit); err != nil {
+		return nil, fmt.Errorf("select stranded work: %w", err)
+	}
+	out := make([]payments.Job, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, payments.Job{ID: r.ID, MerchantID: r.MerchantID, Live: r.Live})
 	}
 	return out, nil
 }
@@ -135,4 +176,10 @@ func onItsClock(col string) string {
 	return `t.` + col + ` < $1::timestamptz + (SELECT coalesce(max(offset_us), 0) FROM sandbox_clocks) * interval '1 microsecond'
 		AND t.` + col + ` < $1::timestamptz + coalesce((SELECT c.offset_us FROM sandbox_clocks c
 			WHERE c.merchant_id = t.merchant_id AND c.livemode = t.livemode), 0) * interval '1 microsecond'`
+}
+
+// isUniqueViolation reports whether err broke the unique constraint named.
+func isUniqueViolation(err error, constraint string) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && pqErr.Code == "23505" && pqErr.Constraint == constraint
 }

@@ -99,8 +99,7 @@ func (s *Store) DeleteEndpoint(ctx context.Context, sc payments.Scope, id string
 	})
 }
 
-// Delivery is what the worker needs to send one delivery.
-type Delivery struct {
+type deliveryRow struct {
 	ID           string `db:"id"`
 	MerchantID   string `db:"merchant_id"`
 	Live         bool   `db:"livemode"`
@@ -112,15 +111,13 @@ type Delivery struct {
 	EndpointID   string `db:"endpoint_id"`
 	URL          string `db:"url"`
 	SecretSealed []byte `db:"secret_sealed"`
-	EndpointOK   bool   `db:"endpoint_ok"` // enabled and not deleted
+	EndpointOK   bool   `db:"endpoint_ok"`
 }
 
-// ErrNoDelivery is a task whose delivery row does not exist.
-var ErrNoDelivery = errors.New("no such delivery")
-
 // DeliveryForSend loads a delivery with its event's payload (the exact bytes
-// to send and sign) and its endpoint.
-func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id string) (Delivery, error) {
+// to send and sign) and its endpoint; payments.ErrDeliveryNotFound when the
+// row does not exist.
+func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id string) (payments.Delivery, error) {
 	const q = `SELECT d.id, d.merchant_id, d.livemode, d.status, d.attempts, e.id AS event_id, e.type AS event_type,
 		json_build_object('id', e.id, 'type', e.type, 'created', extract(epoch from e.created_at)::bigint,
 			'livemode', e.livemode, 'data', e.data)::text AS payload,
@@ -129,39 +126,30 @@ func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id strin
 	JOIN events e ON e.id = d.event_id
 	JOIN webhook_endpoints we ON we.id = d.endpoint_id
 	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.id = $3`
-	var d Delivery
-	err := s.q.GetContext(ctx, &d, q, sc.MerchantID, sc.Live, id)
+	var r deliveryRow
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return d, ErrNoDelivery
+		return payments.Delivery{}, payments.ErrDeliveryNotFound
 	}
 	if err != nil {
-		return d, fmt.Errorf("select delivery: %w", err)
+		return payments.Delivery{}, fmt.Errorf("select delivery: %w", err)
 	}
-	return d, nil
+	return payments.Delivery(r), nil
 }
 
-// DeliveryResult is the outcome of one attempt.
-type DeliveryResult struct {
-	OK          bool
-	HTTPStatus  int    // 0 when no response
-	Error       string // short, for operators; never a secret
-	NextAttempt time.Time
-	Final       bool // no retry will follow: a failure is final
-}
-
-// MaxConsecutiveFailures disables an endpoint.
-const MaxConsecutiveFailures = 10
-
-// RecordAttempt stores an attempt's outcome on the delivery and its
-// endpoint's failure count in one transaction: a success resets the count;
-// the 10th consecutive failure disables the endpoint. It returns whether the
-// endpoint is (now) disabled.
-func (s *Store) RecordAttempt(ctx context.Context, d Delivery, r DeliveryResult, now time.Time) (disabled bool, err error) {
-	var lastStatus *int
-	if r.HTTPStatus != 0 {
-		lastStatus = &r.HTTPStatus
+// RecordAttempt keeps an attempt (a webhook_attempts row) and stores its
+// outcome on the delivery and on its endpoint's run of failures, in one
+// transaction. A success resets the run; a failure lengthens it and, when
+// disable (the domain's rule, payments.DisablesEndpoint) says so for the
+// new length, disables the endpoint. It returns whether the endpoint is
+// (now) disabled. A delivery cancelled meanwhile (endpoint deleted) keeps
+// its status; its attempt is kept all the same.
+func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a payments.DeliveryAttempt, disable func(consecutiveFailures int) bool) (disabled bool, err error) {
+	var httpStatus *int
+	if a.HTTPStatus != 0 {
+		httpStatus = &a.HTTPStatus
 	}
-	if r.OK {
+	if a.OK() {
 		// The common case in one statement and no explicit transaction; the
 		// endpoint row is written (and locked) only when it had failures to
 		// reset, so concurrent deliveries to one endpoint do not queue on it.
@@ -169,31 +157,50 @@ func (s *Store) RecordAttempt(ctx context.Context, d Delivery, r DeliveryResult,
 			UPDATE webhook_deliveries SET status = 'succeeded', attempts = attempts + 1, last_status = $5,
 				last_error = NULL, delivered_at = $6
 			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND status = 'pending'
+		), a AS (
+			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, created_at)
+			VALUES ($7, $1, $2, $3, $5, $8, $6)
 		)
 		UPDATE webhook_endpoints SET consecutive_failures = 0
 		WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND consecutive_failures <> 0`
-		if _, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, lastStatus, now); err != nil {
+		if _, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, httpStatus, a.At, a.ID, a.ResponseBody); err != nil {
 			return false, fmt.Errorf("record delivery: %w", err)
 		}
 		return false, nil
 	}
 	err = s.inTx(ctx, func(tx *txn) error {
-		status := "pending"
-		if r.Final {
-			status = "failed"
+		status := payments.DeliveryPending
+		if a.Final {
+			status = payments.DeliveryFailed
 		}
-		const upd = `UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, last_status = $5,
+		const upd = `WITH a AS (
+			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, error, created_at)
+			VALUES ($8, $1, $2, $3, $5, $9, $6, $10)
+		)
+		UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, last_status = $5,
 			last_error = $6, next_attempt_at = $7
 		WHERE merchant_id = $1 AND livemode = $2 AND id = $3
 			AND status = 'pending' -- a delivery cancelled meanwhile (endpoint deleted) stays so`
-		if _, err := tx.ExecContext(ctx, upd, d.MerchantID, d.Live, d.ID, status, lastStatus, nullIfEmpty(r.Error), r.NextAttempt); err != nil {
+		if _, err := tx.ExecContext(ctx, upd, d.MerchantID, d.Live, d.ID, status, httpStatus, a.Error, a.NextAttempt,
+			a.ID, a.ResponseBody, a.At); err != nil {
 			return fmt.Errorf("record attempt: %w", err)
 		}
-		const fail = `UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1,
-			status = CASE WHEN consecutive_failures + 1 >= $4 THEN 'disabled' ELSE status END
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 RETURNING status = 'disabled'`
-		if err := tx.GetContext(ctx, &disabled, fail, d.MerchantID, d.Live, d.EndpointID, MaxConsecutiveFailures); err != nil {
+		var ep struct {
+			Failures int  `db:"consecutive_failures"`
+			Enabled  bool `db:"enabled"`
+		}
+		const fail = `UPDATE webhook_endpoints SET consecutive_failures = consecutive_failures + 1
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 RETURNING consecutive_failures, status = 'enabled' AS enabled`
+		if err := tx.GetContext(ctx, &ep, fail, d.MerchantID, d.Live, d.EndpointID); err != nil {
 			return fmt.Errorf("count endpoint failure: %w", err)
+		}
+		disabled = !ep.Enabled
+		if ep.Enabled && disable(ep.Failures) {
+			const off = `UPDATE webhook_endpoints SET status = 'disabled' WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
+			if _, err := tx.ExecContext(ctx, off, d.MerchantID, d.Live, d.EndpointID); err != nil {
+				return fmt.Errorf("disable endpoint: %w", err)
+			}
+			disabled = true
 		}
 		return nil
 	})
@@ -201,7 +208,7 @@ func (s *Store) RecordAttempt(ctx context.Context, d Delivery, r DeliveryResult,
 }
 
 // FailDelivery marks a delivery failed without an attempt (endpoint gone).
-func (s *Store) FailDelivery(ctx context.Context, d Delivery, reason string) error {
+func (s *Store) FailDelivery(ctx context.Context, d payments.Delivery, reason string) error {
 	const q = `UPDATE webhook_deliveries SET status = 'failed', last_error = $4
 	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND status = 'pending'`
 	if _, err := s.q.ExecContext(ctx, q, d.MerchantID, d.Live, d.ID, reason); err != nil {

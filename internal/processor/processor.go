@@ -6,6 +6,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -103,5 +104,8 @@ type Outcome struct {
 	Succeeded   bool
 	DeclineCode string // card_declined, insufficient_funds, invalid_number …
 	Last4       string
-	Dispute     bool // the sandbox's 4000000000000259: succeeds, then a dispute opens
 }
+
+// ErrBadClientCredentials is a browser's confirmation whose publishable key
+// or client secret does not belong to the payment.
+var ErrBadClientCredentials = errors.New("invalid publishable key or client secret")

@@ -1,10 +1,9 @@
 package tasks
 
 import (
-	"encoding/json"
-	"time"
-
 	"github.com/hibiken/asynq"
+
+	"paysvc/internal/payments"
 )
 
 // Task types of the money paths.
@@ -29,10 +28,11 @@ type Ref struct {
 // stays pending with its reservation until an operator runs it again.
 const MoneyMaxRetry = 25
 
-// NewMoneyTask builds the task of typ for ref; its TaskID is the row id, so
-// the API and the relay can both enqueue it and it is queued at most once.
+// NewMoneyTask builds the task of typ for ref, as its registry entry says.
 func NewMoneyTask(typ string, ref Ref) *asynq.Task {
-	b, _ := json.Marshal(ref)
-	return asynq.NewTask(typ, b, asynq.TaskID(ref.ID), asynq.Queue(QueueCritical),
-		asynq.MaxRetry(MoneyMaxRetry), asynq.Timeout(time.Minute))
+	k, ok := byType[typ]
+	if !ok {
+		panic("tasks: no registry entry for task type " + typ)
+	}
+	return k.Task(payments.Job{Kind: k.Job, ID: ref.ID, MerchantID: ref.MerchantID, Live: ref.Live})
 }

@@ -2,7 +2,6 @@ package tasks
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"paysvc/internal/payments"
 )
 
 // TypeDeliverWebhook sends one webhook delivery.
@@ -29,13 +30,9 @@ const (
 	deliveryMaxDelay = 12 * time.Hour
 )
 
-// NewDeliverWebhook builds the task; its TaskID is the delivery id, so the
-// API and the relay can both enqueue it and it is queued at most once.
+// NewDeliverWebhook builds the task, as its registry entry says.
 func NewDeliverWebhook(p DeliverWebhook) *asynq.Task {
-	b, _ := json.Marshal(p)
-	return asynq.NewTask(TypeDeliverWebhook, b, asynq.TaskID(p.DeliveryID), asynq.Queue(QueueDefault),
-		asynq.MaxRetry(DeliveryMaxRetry), asynq.Timeout(30*time.Second),
-		asynq.Retention(time.Hour)) // completed deliveries stay visible in the dashboard for an hour
+	return byJob[payments.JobDeliverWebhook].Task(payments.Job{Kind: payments.JobDeliverWebhook, ID: p.DeliveryID, MerchantID: p.MerchantID, Live: p.Live})
 }
 
 // DeliveryDelay is the wait after a failed attempt when the task has been
@@ -50,17 +47,6 @@ func DeliveryDelay(base time.Duration, retried int) time.Duration {
 	d = min(d, deliveryMaxDelay)
 	jitter := time.Duration(float64(d) * (rand.Float64()*0.2 - 0.1))
 	return d + jitter
-}
-
-// RetryDelay is the worker's asynq.RetryDelayFunc: deliveries back off from
-// base; other tasks use asynq's default.
-func RetryDelay(base time.Duration) asynq.RetryDelayFunc {
-	return func(n int, err error, t *asynq.Task) time.Duration {
-		if t.Type() == TypeDeliverWebhook {
-			return DeliveryDelay(base, n)
-		}
-		return asynq.DefaultRetryDelayFunc(n, err, t)
-	}
 }
 
 // Enqueuer puts tasks on the queues.

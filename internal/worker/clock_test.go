@@ -9,6 +9,7 @@ import (
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/processor/sandbox"
+	"paysvc/internal/tasks"
 	"paysvc/internal/testenv"
 )
 
@@ -152,10 +153,10 @@ func TestSandboxClockClosesOnlyItsOverdueDisputes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.RecordIntentOutcome(ctx, created.PaymentIntentID, sandbox.Charge(sandbox.CardDispute)); err != nil {
+		if _, err := sandbox.New(db, "http://checkout.test").Cards(svc).ConfirmPayment(ctx, created.PaymentIntentID, created.PublishableKey, created.ClientSecret, sandbox.CardDispute); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Get(&pev, `SELECT id FROM processor_events WHERE payment_intent_id = $1`, created.PaymentIntentID); err != nil {
+		if err := db.Get(&pev, `SELECT id FROM processor_events WHERE payment_intent_id = $1 AND type = 'dispute.created'`, created.PaymentIntentID); err != nil {
 			t.Fatal(err)
 		}
 		return pev, created.PaymentIntentID
@@ -183,7 +184,7 @@ func TestSandboxClockClosesOnlyItsOverdueDisputes(t *testing.T) {
 
 	// The relay, too, reads each row's age on its own clock: the moved
 	// scope's unapplied event has waited a week there, the other's a moment.
-	jobs, err := store.StrandedJobs(ctx, time.Now().Add(-time.Minute), 10000)
+	jobs, err := tasks.StrandedJobs(ctx, store, time.Now().Add(-time.Minute), 10000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func newDeliveryStack(t *testing.T) *deliveryStack {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	enq := &tasks.Enqueuer{Client: client, Log: log, Redis: testenv.Redis(t)}
 	store.OnCommit(func(ctx context.Context, jobs []payments.Job) { // as app.Env.Enqueuer
-		enq.Enqueue(context.WithoutCancel(ctx), worker.Tasks(jobs))
+		enq.Enqueue(context.WithoutCancel(ctx), tasks.ForJobs(jobs))
 	})
 	insp := asynq.NewInspector(redisOpt)
 	t.Cleanup(func() { insp.Close() })
@@ -157,7 +157,7 @@ func (s *deliveryStack) pay(t *testing.T, sc payments.Scope, card string, metada
 	if err != nil {
 		t.Fatalf("create intent: %v", err)
 	}
-	if _, err := s.svc.RecordIntentOutcome(ctx, created.PaymentIntentID, sandbox.Charge(card)); err != nil {
+	if _, err := sandbox.New(s.db, "http://checkout.test").Cards(s.svc).ConfirmPayment(ctx, created.PaymentIntentID, created.PublishableKey, created.ClientSecret, card); err != nil {
 		t.Fatalf("record outcome of %s: %v", created.PaymentIntentID, err)
 	}
 	return created.PaymentIntentID

@@ -116,7 +116,7 @@ func TestExpireSessionsTask(t *testing.T) {
 	}
 
 	// An expired session cannot be paid.
-	_, err = svc.RecordCheckoutPayment(ctx, old.ID, payments.CheckoutPayment{Email: "a@b.co", Outcome: sandbox.Charge(sandbox.CardSuccess)})
+	_, err = sandbox.New(db, "http://checkout.test").Cards(svc).PayCheckout(ctx, old.ID, payments.CheckoutPayment{Email: "a@b.co"}, sandbox.CardSuccess)
 	if _, ok := err.(payments.ErrSessionClosed); !ok {
 		t.Errorf("paying an expired session: got %v, want ErrSessionClosed", err)
 	}

@@ -399,7 +399,7 @@ func (s *deliveryStack) pendingTasks(t *testing.T, queue string) map[string]bool
 func (s *deliveryStack) processorEventOf(t *testing.T, pi string) string {
 	t.Helper()
 	var ids []string
-	if err := s.db.Select(&ids, `SELECT id FROM processor_events WHERE payment_intent_id = $1`, pi); err != nil {
+	if err := s.db.Select(&ids, `SELECT id FROM processor_events WHERE payment_intent_id = $1 AND type = 'dispute.created'`, pi); err != nil {
 		t.Fatal(err)
 	}
 	if len(ids) != 1 {
@@ -495,7 +495,7 @@ func (s *deliveryStack) checkDisputeOpened(t *testing.T, pi string, d payments.D
 	if evs[0]["status"] != payments.DisputeNeedsResponse || evs[0]["amount_cents"] != float64(paid) || evs[0]["payment_intent"] != pi {
 		t.Errorf("charge.dispute.created data: got %v, want the needs_response dispute of %d on %s", evs[0], paid, pi)
 	}
-	if n := s.count(t, `SELECT count(*) FROM processor_events WHERE payment_intent_id = $1 AND processed_at IS NOT NULL`, pi); n != 1 {
+	if n := s.count(t, `SELECT count(*) FROM processor_events WHERE payment_intent_id = $1 AND type = 'dispute.created' AND processed_at IS NOT NULL`, pi); n != 1 {
 		t.Errorf("applied processor events of %s: got %d, want 1", pi, n)
 	}
 }
@@ -911,7 +911,7 @@ func TestRelayReenqueuesStrandedMoneyWork(t *testing.T) {
 	checkBalance(t, "balance after the relayed evidence", s.usdBalance(t, evidenceSc), netPaid, 0)
 
 	// Nothing is left for the relay of these rows.
-	jobs, err := s.store.StrandedJobs(ctx, time.Now(), 10000)
+	jobs, err := tasks.StrandedJobs(ctx, s.store, time.Now(), 10000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,11 +39,11 @@ func TestCloseOverdueDisputesTask(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.RecordIntentOutcome(ctx, created.PaymentIntentID, sandbox.Charge(sandbox.CardDispute)); err != nil {
+		if _, err := sandbox.New(db, "http://checkout.test").Cards(svc).ConfirmPayment(ctx, created.PaymentIntentID, created.PublishableKey, created.ClientSecret, sandbox.CardDispute); err != nil {
 			t.Fatal(err)
 		}
 		var pev string
-		if err := db.Get(&pev, `SELECT id FROM processor_events WHERE payment_intent_id = $1`, created.PaymentIntentID); err != nil {
+		if err := db.Get(&pev, `SELECT id FROM processor_events WHERE payment_intent_id = $1 AND type = 'dispute.created'`, created.PaymentIntentID); err != nil {
 			t.Fatal(err)
 		}
 		if err := svc.ApplyProcessorEvent(ctx, sc, pev); err != nil {

@@ -5,10 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/hibiken/asynq"
-
-	"paysvc/internal/payments"
-	"paysvc/internal/postgres"
 	"paysvc/internal/tasks"
 )
 
@@ -17,7 +13,7 @@ import (
 // more than grace, and refunds, processor events and submitted evidence
 // waiting longer than grace. Enqueueing a task that still exists is a no-op
 // (its TaskID is its row's id). It runs until ctx ends.
-func Relay(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, every, grace time.Duration, log *slog.Logger) {
+func Relay(ctx context.Context, store tasks.StrandedStore, enq *tasks.Enqueuer, every, grace time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -37,36 +33,15 @@ func Relay(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, ever
 // RelayOnce runs one pass of the relay and returns how many tasks it enqueued.
 // A pass looks at the oldest relayBatch rows of each kind; a larger backlog
 // is worked through on the following passes.
-func RelayOnce(ctx context.Context, store *postgres.Store, enq *tasks.Enqueuer, grace time.Duration) (int, error) {
-	jobs, err := store.StrandedJobs(ctx, time.Now().Add(-grace), relayBatch)
+func RelayOnce(ctx context.Context, store tasks.StrandedStore, enq *tasks.Enqueuer, grace time.Duration) (int, error) {
+	jobs, err := tasks.StrandedJobs(ctx, store, time.Now().Add(-grace), relayBatch)
 	if err != nil || len(jobs) == 0 {
 		return 0, err
 	}
 	if err := enq.PublishQueues(ctx); err != nil {
 		return 0, err
 	}
-	return enq.Enqueue(ctx, Tasks(jobs)), nil
+	return enq.Enqueue(ctx, tasks.ForJobs(jobs)), nil
 }
 
 const relayBatch = 1000
-
-// Tasks converts the jobs transactions leave to the tasks that do them.
-func Tasks(jobs []payments.Job) []*asynq.Task {
-	out := make([]*asynq.Task, 0, len(jobs))
-	for _, j := range jobs {
-		ref := tasks.Ref{MerchantID: j.MerchantID, Live: j.Live, ID: j.ID}
-		switch j.Kind {
-		case payments.JobDeliverWebhook:
-			out = append(out, tasks.NewDeliverWebhook(tasks.DeliverWebhook{MerchantID: j.MerchantID, Live: j.Live, DeliveryID: j.ID}))
-		case payments.JobExecuteRefund:
-			out = append(out, tasks.NewMoneyTask(tasks.TypeExecuteRefund, ref))
-		case payments.JobProcessorEvent:
-			out = append(out, tasks.NewMoneyTask(tasks.TypeProcessorEvent, ref))
-		case payments.JobSubmitEvidence:
-			out = append(out, tasks.NewMoneyTask(tasks.TypeSubmitEvidence, ref))
-		default:
-			panic("worker: no task for job kind " + string(j.Kind)) // a new kind without its task is a bug
-		}
-	}
-	return out
-}

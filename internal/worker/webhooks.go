@@ -14,14 +14,24 @@ import (
 	"github.com/hibiken/asynq"
 
 	"paysvc/internal/payments"
-	"paysvc/internal/postgres"
 	"paysvc/internal/tasks"
 	"paysvc/internal/webhook"
 )
 
+// DeliveryStore is what delivery needs from storage.
+type DeliveryStore interface {
+	// DeliveryForSend returns payments.ErrDeliveryNotFound for a row that
+	// does not exist.
+	DeliveryForSend(ctx context.Context, sc payments.Scope, id string) (payments.Delivery, error)
+	// RecordAttempt keeps the attempt and returns whether the endpoint is
+	// (now) disabled, as disable decides from its run of failures.
+	RecordAttempt(ctx context.Context, d payments.Delivery, a payments.DeliveryAttempt, disable func(consecutiveFailures int) bool) (disabled bool, err error)
+	FailDelivery(ctx context.Context, d payments.Delivery, reason string) error
+}
+
 // Deliverer sends webhook deliveries.
 type Deliverer struct {
-	Store     *postgres.Store
+	Store     DeliveryStore
 	Sealer    payments.Sealer
 	Client    *http.Client
 	RetryBase time.Duration
@@ -45,13 +55,13 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 	}
 	sc := payments.Scope{MerchantID: p.MerchantID, Live: p.Live}
 	del, err := d.Store.DeliveryForSend(ctx, sc, p.DeliveryID)
-	if errors.Is(err, postgres.ErrNoDelivery) {
+	if errors.Is(err, payments.ErrDeliveryNotFound) {
 		return fmt.Errorf("delivery %s: %w", p.DeliveryID, asynq.SkipRetry)
 	}
 	if err != nil {
 		return err
 	}
-	if del.Status != "pending" {
+	if del.Status != payments.DeliveryPending {
 		return nil // delivered, failed or cancelled already
 	}
 	if !del.EndpointOK {
@@ -66,50 +76,54 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("endpoint %s secret: %w", del.EndpointID, asynq.SkipRetry)
 	}
 
-	status, sendErr := d.send(ctx, del, string(secret))
+	status, body, sendErr := d.send(ctx, del, string(secret))
 	retry, _ := asynq.GetRetryCount(ctx)
 	maxRetry, ok := asynq.GetMaxRetry(ctx)
 	if !ok {
 		maxRetry = tasks.DeliveryMaxRetry
 	}
 	now := d.Now()
-	res := postgres.DeliveryResult{
-		OK:          sendErr == nil,
-		HTTPStatus:  status,
-		NextAttempt: now.Add(tasks.DeliveryDelay(d.RetryBase, retry)), // the delay asynq will wait
-		Final:       sendErr != nil && retry >= maxRetry,
+	att := payments.DeliveryAttempt{
+		ID:           payments.NewID("wha_"),
+		At:           now,
+		HTTPStatus:   status,
+		ResponseBody: body,
+		NextAttempt:  now.Add(tasks.DeliveryDelay(d.RetryBase, retry)), // the delay asynq will wait
+		Final:        sendErr != nil && retry >= maxRetry,
 	}
 	if sendErr != nil {
-		res.Error = sendErr.Error()
+		att.Error = sendErr.Error()
 	}
-	disabled, err := d.Store.RecordAttempt(ctx, del, res, now)
+	disabled, err := d.Store.RecordAttempt(ctx, del, att, payments.DisablesEndpoint)
 	if err != nil {
 		return err
 	}
 	log := d.Log.With("delivery", del.ID, "event", del.EventID, "endpoint", del.EndpointID, "merchant_id", del.MerchantID,
 		"livemode", del.Live, "attempt", retry+1)
-	if res.OK {
+	if att.OK() {
 		log.DebugContext(ctx, "webhook delivered", "status", status)
 		return nil
 	}
-	log.InfoContext(ctx, "webhook delivery failed", "status", status, "error", res.Error)
+	log.InfoContext(ctx, "webhook delivery failed", "status", status, "error", att.Error)
 	if disabled {
 		if err := d.Store.FailDelivery(ctx, del, "endpoint disabled after consecutive failures"); err != nil {
 			return err
 		}
-		log.WarnContext(ctx, "webhook endpoint disabled after consecutive failures", "failures", postgres.MaxConsecutiveFailures)
-		return fmt.Errorf("%s; endpoint disabled: %w", res.Error, asynq.SkipRetry)
+		log.WarnContext(ctx, "webhook endpoint disabled after consecutive failures", "failures", payments.MaxConsecutiveFailures)
+		return fmt.Errorf("%s; endpoint disabled: %w", att.Error, asynq.SkipRetry)
 	}
-	return errors.New(res.Error)
+	return errors.New(att.Error)
 }
 
-// send POSTs the exact bytes it signs. A 2xx within the timeout is success.
-func (d *Deliverer) send(ctx context.Context, del postgres.Delivery, secret string) (int, error) {
+// send POSTs the exact bytes it signs and returns the status and the start
+// of the response body (payments.AttemptResponse). A 2xx within the timeout
+// is success.
+func (d *Deliverer) send(ctx context.Context, del payments.Delivery, secret string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, webhook.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, del.URL, bytes.NewReader(del.Payload))
 	if err != nil {
-		return 0, fmt.Errorf("build request: %v", err)
+		return 0, "", fmt.Errorf("build request: %v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "paysvc-webhooks/1")
@@ -118,12 +132,14 @@ func (d *Deliverer) send(ctx context.Context, del postgres.Delivery, secret stri
 	req.Header.Set(webhook.EventTypeHeader, del.EventType)
 	resp, err := d.Client.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("send: %v", err)
+		return 0, "", fmt.Errorf("send: %v", err)
 	}
 	defer resp.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, payments.MaxAttemptResponse))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // drain so the connection is reused
+	body := payments.AttemptResponse(head)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, fmt.Errorf("receiver answered %d", resp.StatusCode)
+		return resp.StatusCode, body, fmt.Errorf("receiver answered %d", resp.StatusCode)
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, body, nil
 }

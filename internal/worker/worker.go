@@ -9,14 +9,19 @@ import (
 	"github.com/hibiken/asynq"
 
 	"paysvc/internal/payments"
-	"paysvc/internal/postgres"
 	"paysvc/internal/tasks"
 )
+
+// MaintenanceStore is what the housekeeping tasks need from storage.
+type MaintenanceStore interface {
+	PruneIdempotency(ctx context.Context, now time.Time) (int64, error)
+	PruneViolations(ctx context.Context, before time.Time) (int64, error)
+}
 
 // Handlers are the task handlers and what they need.
 type Handlers struct {
 	Service *payments.Service
-	Store   *postgres.Store
+	Store   MaintenanceStore
 	Log     *slog.Logger
 }
 

@@ -6,7 +6,6 @@ package sandbox
 import (
 	"context"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -108,7 +107,7 @@ func Charge(cardNumber string) processor.Outcome {
 	case CardSuccess:
 		o.Succeeded = true
 	case CardDispute:
-		o.Succeeded, o.Dispute = true, true
+		o.Succeeded = true // and a dispute follows: see Cards
 	case CardDeclined:
 		o.DeclineCode = "card_declined"
 	case CardInsufficientFunds:
@@ -121,7 +120,7 @@ func Charge(cardNumber string) processor.Outcome {
 
 // ErrBadCredentials is a confirm call whose publishable key or client secret
 // does not belong to the payment.
-var ErrBadCredentials = errors.New("invalid publishable key or client secret")
+var ErrBadCredentials = processor.ErrBadClientCredentials
 
 // CheckConfirm verifies that the publishable key is the account's of the
 // payment's merchant and mode and that the client secret hashes to the

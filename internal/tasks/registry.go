@@ -1,0 +1,149 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"paysvc/internal/payments"
+)
+
+// Kind is everything about one kind of after-commit work (a payments.JobKind):
+// its task type, queue and retry policy, the payload its task carries, and
+// the store query that finds its rows whose task may have vanished. The
+// API (enqueueing after commit), the relay and the worker all read it, so
+// they cannot disagree; TestKindsComplete checks that every JobKind has one.
+type Kind struct {
+	Job       payments.JobKind
+	Type      string // the asynq task type
+	Queue     string
+	MaxRetry  int
+	Timeout   time.Duration
+	Retention time.Duration // how long a completed task stays visible; 0: not kept
+	// Backoff is the wait before retry n (0 after the first attempt) given
+	// the configured base; nil is asynq's default (n^4 s plus jitter).
+	Backoff func(base time.Duration, n int) time.Duration
+	// Payload is what the task carries for a job: ids only; the handler
+	// reloads the rows.
+	Payload func(payments.Job) any
+	// Stranded is the store method that finds this kind's waiting rows (see
+	// StrandedStore).
+	Stranded func(s StrandedStore, ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
+}
+
+// StrandedStore finds work whose task may have vanished (Redis lost its
+// data, or a process died between commit and enqueue): per kind, rows still
+// waiting since before, oldest first, at most limit. The jobs it returns
+// need not carry their Kind; StrandedJobs sets it.
+type StrandedStore interface {
+	StrandedDeliveries(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
+	StrandedRefunds(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
+	StrandedProcessorEvents(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
+	StrandedEvidence(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
+}
+
+func refPayload(j payments.Job) any {
+	return Ref{MerchantID: j.MerchantID, Live: j.Live, ID: j.ID}
+}
+
+// Kinds is the registry: one entry per payments.JobKind.
+var Kinds = []Kind{
+	{
+		Job: payments.JobDeliverWebhook, Type: TypeDeliverWebhook, Queue: QueueDefault,
+		MaxRetry: DeliveryMaxRetry, Timeout: 30 * time.Second,
+		Retention: time.Hour, // completed deliveries stay visible in the dashboard for an hour
+		Backoff:   DeliveryDelay,
+		Payload: func(j payments.Job) any {
+			return DeliverWebhook{MerchantID: j.MerchantID, Live: j.Live, DeliveryID: j.ID}
+		},
+		Stranded: StrandedStore.StrandedDeliveries,
+	},
+	{
+		Job: payments.JobExecuteRefund, Type: TypeExecuteRefund, Queue: QueueCritical,
+		MaxRetry: MoneyMaxRetry, Timeout: time.Minute, Payload: refPayload,
+		Stranded: StrandedStore.StrandedRefunds,
+	},
+	{
+		Job: payments.JobProcessorEvent, Type: TypeProcessorEvent, Queue: QueueCritical,
+		MaxRetry: MoneyMaxRetry, Timeout: time.Minute, Payload: refPayload,
+		Stranded: StrandedStore.StrandedProcessorEvents,
+	},
+	{
+		Job: payments.JobSubmitEvidence, Type: TypeSubmitEvidence, Queue: QueueCritical,
+		MaxRetry: MoneyMaxRetry, Timeout: time.Minute, Payload: refPayload,
+		Stranded: StrandedStore.StrandedEvidence,
+	},
+}
+
+var (
+	byJob  = map[payments.JobKind]Kind{}
+	byType = map[string]Kind{}
+)
+
+func init() {
+	for _, k := range Kinds {
+		byJob[k.Job] = k
+		byType[k.Type] = k
+	}
+}
+
+// KindOf returns the registry entry of a job kind.
+func KindOf(j payments.JobKind) (Kind, bool) {
+	k, ok := byJob[j]
+	return k, ok
+}
+
+// Task builds the task that does j. Its TaskID is the row's id, so the API
+// and the relay can both enqueue it and it is queued at most once.
+func (k Kind) Task(j payments.Job) *asynq.Task {
+	b, _ := json.Marshal(k.Payload(j))
+	opts := []asynq.Option{asynq.TaskID(j.ID), asynq.Queue(k.Queue), asynq.MaxRetry(k.MaxRetry), asynq.Timeout(k.Timeout)}
+	if k.Retention > 0 {
+		opts = append(opts, asynq.Retention(k.Retention))
+	}
+	return asynq.NewTask(k.Type, b, opts...)
+}
+
+// ForJobs converts the jobs transactions leave to the tasks that do them.
+func ForJobs(jobs []payments.Job) []*asynq.Task {
+	out := make([]*asynq.Task, 0, len(jobs))
+	for _, j := range jobs {
+		k, ok := byJob[j.Kind]
+		if !ok {
+			panic("tasks: no registry entry for job kind " + string(j.Kind)) // caught by TestKindsComplete
+		}
+		out = append(out, k.Task(j))
+	}
+	return out
+}
+
+// StrandedJobs runs every kind's stranded query: at most limit of each kind,
+// oldest first. Enqueueing one whose task still exists is a no-op.
+func StrandedJobs(ctx context.Context, s StrandedStore, before time.Time, limit int) ([]payments.Job, error) {
+	var out []payments.Job
+	for _, k := range Kinds {
+		jobs, err := k.Stranded(s, ctx, before, limit)
+		if err != nil {
+			return nil, fmt.Errorf("stranded %s jobs: %w", k.Job, err)
+		}
+		for _, j := range jobs {
+			j.Kind = k.Job
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// RetryDelay is the worker's asynq.RetryDelayFunc: each kind's Backoff from
+// base; other tasks (and kinds without one) use asynq's default.
+func RetryDelay(base time.Duration) asynq.RetryDelayFunc {
+	return func(n int, err error, t *asynq.Task) time.Duration {
+		if k, ok := byType[t.Type()]; ok && k.Backoff != nil {
+			return k.Backoff(base, n)
+		}
+		return asynq.DefaultRetryDelayFunc(n, err, t)
+	}
+}
