@@ -96,6 +96,39 @@ func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
 		}
 	}
 
+	// Events: past EVENT_RETENTION (here 1000h, above the 720h default, so
+	// a kept one shows the setting is used) they go, with their finished
+	// deliveries; one with a pending delivery stays.
+	keep := 1000 * time.Hour
+	evs := []struct {
+		id       string
+		created  time.Time
+		delivery string // "" for none
+		wantKept bool
+	}{
+		{payments.NewID("evt_"), now.Add(-keep - time.Hour), "", false},
+		{payments.NewID("evt_"), now.Add(-keep - time.Hour), "succeeded", false},
+		{payments.NewID("evt_"), now.Add(-keep - time.Hour), "pending", true},
+		{payments.NewID("evt_"), now.Add(-keep + time.Hour), "", true},
+	}
+	endpoint := payments.NewID("we_")
+	if _, err := db.Exec(`INSERT INTO webhook_endpoints (id, merchant_id, livemode, url, events, status, secret_sealed)
+		VALUES ($1, $2, false, 'https://hooks.example/in', '["*"]', 'enabled', '\x00')`, endpoint, mch); err != nil {
+		t.Fatalf("insert endpoint: %v", err)
+	}
+	for _, e := range evs {
+		if _, err := db.Exec(`INSERT INTO events (id, merchant_id, livemode, type, data, created_at) VALUES ($1, $2, false, 'charge.refunded', '{"id": "re_1"}', $3)`,
+			e.id, mch, e.created); err != nil {
+			t.Fatalf("insert event: %v", err)
+		}
+		if e.delivery != "" {
+			if _, err := db.Exec(`INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at)
+				VALUES ($1, $2, false, $3, $4, $5, $6)`, payments.NewID("whd_"), mch, e.id, endpoint, e.delivery, e.created); err != nil {
+				t.Fatalf("insert delivery: %v", err)
+			}
+		}
+	}
+
 	srv := asynq.NewServer(redisOpt, asynq.Config{
 		Concurrency:     2,
 		Queues:          tasks.Queues,
@@ -108,6 +141,8 @@ func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
 		Service: payments.NewService(store, nil, time.Now),
 		Store:   store,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+
+		EventRetention: keep,
 	}).Register(mux)
 	if err := srv.Start(mux); err != nil {
 		t.Fatalf("start asynq server: %v", err)
@@ -117,7 +152,7 @@ func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
 	client := asynq.NewClient(redisOpt)
 	defer client.Close()
 	var ids []string
-	for _, task := range []*asynq.Task{tasks.NewPruneIdempotency(), tasks.NewPruneViolations()} {
+	for _, task := range []*asynq.Task{tasks.NewPruneIdempotency(), tasks.NewPruneViolations(), tasks.NewPruneEvents()} {
 		// Retention keeps the completed task visible to the inspector.
 		info, err := client.Enqueue(task, asynq.Retention(time.Hour))
 		if err != nil {
@@ -168,6 +203,18 @@ func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
 		}
 		if kept := n == 1; kept != v.wantKept {
 			t.Errorf("violation %s (created %s): got kept=%v, want %v", v.field, v.created.Format(time.RFC3339), kept, v.wantKept)
+		}
+	}
+	for _, e := range evs {
+		var n, d int
+		if err := db.GetContext(ctx, &n, `SELECT count(*) FROM events WHERE id = $1`, e.id); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.GetContext(ctx, &d, `SELECT count(*) FROM webhook_deliveries WHERE event_id = $1`, e.id); err != nil {
+			t.Fatal(err)
+		}
+		if kept := n == 1; kept != e.wantKept || (!kept && d != 0) {
+			t.Errorf("event created %s with delivery %q: got kept=%v (%d deliveries left), want kept=%v", e.created.Format(time.RFC3339), e.delivery, kept, d, e.wantKept)
 		}
 	}
 }
