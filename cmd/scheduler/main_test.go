@@ -35,7 +35,7 @@ func TestRunRegistersEntriesAndStopsGracefully(t *testing.T) {
 	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
 	t.Setenv("REDIS_URL", testenv.RedisURL(t))
 	addr := testenv.FreeAddr(t)
-	t.Setenv("ADMIN_ADDR", addr)
+	t.Setenv("SCHEDULER_ADMIN_ADDR", addr)
 	insp := asynq.NewInspector(testenv.RedisOpt(t))
 	defer insp.Close()
 
@@ -91,19 +91,19 @@ func TestRunFailsWhenAdminAddrIsTaken(t *testing.T) {
 	defer l.Close()
 	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
 	t.Setenv("REDIS_URL", testenv.RedisURL(t))
-	t.Setenv("ADMIN_ADDR", l.Addr().String())
+	t.Setenv("SCHEDULER_ADMIN_ADDR", l.Addr().String())
 
 	done := make(chan error, 1)
 	go func() { done <- run(context.Background()) }()
 	if err := testenv.WaitRun(t, done); err == nil {
-		t.Error("run with ADMIN_ADDR in use: got nil, want an error")
+		t.Error("run with SCHEDULER_ADMIN_ADDR in use: got nil, want an error")
 	}
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
 	t.Setenv("DATABASE_URL", "mysql://localhost/payments")
 	t.Setenv("REDIS_URL", testenv.RedisURL(t))
-	t.Setenv("ADMIN_ADDR", testenv.FreeAddr(t))
+	t.Setenv("SCHEDULER_ADMIN_ADDR", testenv.FreeAddr(t))
 
 	done := make(chan error, 1)
 	go func() { done <- run(context.Background()) }()

@@ -18,7 +18,7 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
 	t.Setenv("REDIS_URL", testenv.RedisURL(t))
 	addr := testenv.FreeAddr(t)
-	t.Setenv("ADMIN_ADDR", addr)
+	t.Setenv("WORKER_ADMIN_ADDR", addr)
 	redisOpt := testenv.RedisOpt(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -91,19 +91,19 @@ func TestRunFailsWhenAdminAddrIsTaken(t *testing.T) {
 	defer l.Close()
 	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
 	t.Setenv("REDIS_URL", testenv.RedisURL(t))
-	t.Setenv("ADMIN_ADDR", l.Addr().String())
+	t.Setenv("WORKER_ADMIN_ADDR", l.Addr().String())
 
 	done := make(chan error, 1)
 	go func() { done <- run(context.Background()) }()
 	if err := testenv.WaitRun(t, done); err == nil {
-		t.Error("run with ADMIN_ADDR in use: got nil, want an error")
+		t.Error("run with WORKER_ADMIN_ADDR in use: got nil, want an error")
 	}
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
 	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
 	t.Setenv("REDIS_URL", testenv.RedisURL(t))
-	t.Setenv("ADMIN_ADDR", testenv.FreeAddr(t))
+	t.Setenv("WORKER_ADMIN_ADDR", testenv.FreeAddr(t))
 	t.Setenv("RATE_LIMIT_PER_HOUR", "0")
 
 	done := make(chan error, 1)

@@ -189,7 +189,7 @@ seed() {
 start_api() {
 	log "starting bin/api serve on $API"
 	WEBHOOK_ALLOW_PRIVATE_NETWORKS=true RATE_LIMIT_PER_HOUR=1000000000 API_ADDR="127.0.0.1:$BENCH_API_PORT" \
-		ADMIN_ADDR="127.0.0.1:$BENCH_ADMIN_PORT" GIN_MODE=release \
+		API_ADMIN_ADDR="127.0.0.1:$BENCH_ADMIN_PORT" GIN_MODE=release \
 		bin/api serve >"$OUT/api.log" 2>&1 &
 	API_PID=$!
 	for _ in $(seq 300); do
@@ -399,7 +399,7 @@ failing() {
 # (internal/tools/webhookbench), events made through the API.
 webhooks() {
 	log "webhook delivery: $BENCH_WEBHOOK_EVENTS events x 5 receivers, then ${BENCH_WEBHOOK_RATE}/s for $SECS s"
-	WEBHOOK_ALLOW_PRIVATE_NETWORKS=true WEBHOOK_TLS_INSECURE=true ADMIN_ADDR="127.0.0.1:$((BENCH_ADMIN_PORT + 1))" \
+	WEBHOOK_ALLOW_PRIVATE_NETWORKS=true WEBHOOK_TLS_INSECURE=true WORKER_ADMIN_ADDR="127.0.0.1:$((BENCH_ADMIN_PORT + 1))" \
 		bin/worker >"$OUT/worker.log" 2>&1 &
 	WORKER_PID=$!
 	go build -o bin/webhookbench ./internal/tools/webhookbench

@@ -4,10 +4,11 @@
 # side by side, each output line prefixed with its process name. Ctrl-C (or
 # any process exiting) stops all three: SIGTERM, then SIGKILL after 15 s.
 #
-# Expects bin/ to be built (`make run` builds first). Honours every variable
-# of the service's configuration; ADMIN_ADDR is set per process:
-#   api 127.0.0.1:8081, worker 127.0.0.1:8082, scheduler 127.0.0.1:8083
-# (override with API_ADMIN_ADDR, WORKER_ADMIN_ADDR, SCHEDULER_ADMIN_ADDR).
+# Expects bin/ to be built (`make run` builds first). The three processes
+# share this one environment, every variable of the service's configuration
+# included; each takes its own admin listener by the configuration's rule:
+#   api ADMIN_ADDR (127.0.0.1:8081), worker its port +1, scheduler +2,
+# unless API_ADMIN_ADDR, WORKER_ADMIN_ADDR or SCHEDULER_ADMIN_ADDR is set.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -23,9 +24,12 @@ bin/api migrate
 
 API_ADDR="${API_ADDR:-:8080}"
 export API_ADDR
-admin_api="${API_ADMIN_ADDR:-127.0.0.1:8081}"
-admin_worker="${WORKER_ADMIN_ADDR:-127.0.0.1:8082}"
-admin_scheduler="${SCHEDULER_ADMIN_ADDR:-127.0.0.1:8083}"
+# For the messages only: the processes work their addresses out themselves.
+admin_base="${ADMIN_ADDR:-127.0.0.1:8081}"
+admin_port="${admin_base##*:}"
+admin_api="${API_ADMIN_ADDR:-$admin_base}"
+admin_worker="${WORKER_ADMIN_ADDR:-${admin_base%:*}:$((admin_port + 1))}"
+admin_scheduler="${SCHEDULER_ADMIN_ADDR:-${admin_base%:*}:$((admin_port + 2))}"
 
 # Line-buffered prefixer: "api      | message". It ignores SIGINT so that on
 # Ctrl-C it outlives its process and shows the shutdown logs (a prefixer that
@@ -40,7 +44,7 @@ names=()
 start() {
   local name="$1" admin="$2"
   shift 2
-  ADMIN_ADDR="$admin" "$@" > >(prefix "$name") 2>&1 &
+  "$@" > >(prefix "$name") 2>&1 &
   pids+=("$!")
   names+=("$name")
   echo "run.sh: started $name (pid $!, admin http://$admin)"

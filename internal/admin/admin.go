@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -26,7 +28,85 @@ type Options struct {
 	Redis    asynq.RedisConnOpt
 	User     string // basic auth for /queues; when empty, /queues answers loopback clients only
 	Password string
-	Checks   map[string]Check // e.g. "postgres", "redis"
+	// Checks are the dependencies the process cannot serve without (e.g.
+	// "postgres"): /readyz answers 503 while one fails.
+	Checks map[string]Check
+	// Optional are the dependencies the process serves without, degraded
+	// (e.g. "redis"): /readyz reports them but stays 200.
+	Optional map[string]Check
+}
+
+// readyTimeout bounds the checks of one /readyz or /metrics scrape, which
+// run concurrently: /readyz answers within Kubernetes' default probe
+// timeout (1 s) even while a dependency hangs or its client retries.
+const readyTimeout = 800 * time.Millisecond
+
+// Readiness statuses, the "status" of /readyz.
+const (
+	statusOK          = "ok"          // every dependency answers
+	statusDegraded    = "degraded"    // an optional dependency is down: still ready
+	statusUnavailable = "unavailable" // a required dependency is down: 503
+)
+
+// readiness runs every check concurrently with one deadline and returns the
+// HTTP status, the overall status and each dependency's "ok" or "down".
+func (o Options) readiness(ctx context.Context) (int, string, map[string]string) {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		code   = http.StatusOK
+		status = statusOK
+		deps   = map[string]string{}
+	)
+	run := func(name string, check Check, required bool) {
+		defer wg.Done()
+		err := check(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			deps[name] = "ok"
+			return
+		}
+		deps[name] = "down"
+		if required {
+			code, status = http.StatusServiceUnavailable, statusUnavailable
+		} else if status == statusOK {
+			status = statusDegraded
+		}
+		slog.WarnContext(ctx, "readiness check failed", "check", name, "required", required, "error", err)
+	}
+	for name, check := range o.Checks {
+		wg.Add(1)
+		go run(name, check, true)
+	}
+	for name, check := range o.Optional {
+		wg.Add(1)
+		go run(name, check, false)
+	}
+	wg.Wait()
+	return code, status, deps
+}
+
+// dependencyUp is paysvc_dependency_up{dependency}: 1 when the dependency
+// answers at scrape time, 0 when it does not. Its checks run on each scrape.
+type dependencyUp struct{ o Options }
+
+var dependencyUpDesc = prometheus.NewDesc("paysvc_dependency_up",
+	"Whether a dependency answered its readiness check at scrape time (1) or not (0).", []string{"dependency"}, nil)
+
+func (d dependencyUp) Describe(ch chan<- *prometheus.Desc) { ch <- dependencyUpDesc }
+
+func (d dependencyUp) Collect(ch chan<- prometheus.Metric) {
+	_, _, deps := d.o.readiness(context.Background())
+	for name, state := range deps {
+		v := 0.0
+		if state == "ok" {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(dependencyUpDesc, prometheus.GaugeValue, v, name)
+	}
 }
 
 // Handler returns the admin listener's handler.
@@ -35,21 +115,18 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	// Ready means "can serve": 503 only when a required dependency is down;
+	// {"status":"ok"|"degraded"|"unavailable","checks":{"postgres":"ok","redis":"down"}}.
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		status, out := http.StatusOK, map[string]string{}
-		for name, check := range o.Checks {
-			if err := check(ctx); err != nil {
-				status, out[name] = http.StatusServiceUnavailable, "down"
-				slog.WarnContext(ctx, "readiness check failed", "check", name, "error", err)
-				continue
-			}
-			out[name] = "ok"
-		}
-		writeJSON(w, status, out)
+		code, status, deps := o.readiness(r.Context())
+		writeJSON(w, code, map[string]any{"status": status, "checks": deps})
 	})
-	mux.Handle("GET /metrics", promhttp.Handler())
+	// The process's metrics (default registry) and this handler's
+	// dependency gauge, in a registry of its own so that handlers can be
+	// made more than once in a process.
+	deps := prometheus.NewRegistry()
+	deps.MustRegister(dependencyUp{o})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{prometheus.DefaultGatherer, deps}, promhttp.HandlerOpts{}))
 	// Profiles name no secrets but can be costly: guarded like the dashboard.
 	mux.Handle("/debug/pprof/", guard(o, http.HandlerFunc(pprof.Index)))
 	mux.Handle("/debug/pprof/profile", guard(o, http.HandlerFunc(pprof.Profile)))
@@ -96,10 +173,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// Serve runs the admin listener until ctx ends.
+// Timeouts bound how long a client may take: to send its headers, its
+// whole request, to read the response, and to keep an idle connection.
+type Timeouts struct {
+	ReadHeader, Read, Write, Idle time.Duration
+}
+
+// DefaultTimeouts are the admin listener's, the values of the public API
+// server (cmd/api): a slow client is cut off instead of holding a
+// connection open. Write leaves room for a 30 s CPU profile
+// (/debug/pprof/profile).
+var DefaultTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 60 * time.Second, Idle: 120 * time.Second}
+
+// NewServer returns an HTTP server for addr and h with timeouts t and
+// headers limited to 64 KiB.
+func NewServer(addr string, h http.Handler, t Timeouts) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// Serve runs the admin listener until ctx ends, with DefaultTimeouts.
 func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	return ServeHTTP(ctx, srv, log, "admin")
+	return ServeHTTP(ctx, NewServer(addr, h, DefaultTimeouts), log, "admin")
 }
 
 // ServeHTTP runs srv until ctx ends, then shuts it down gracefully.

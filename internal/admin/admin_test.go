@@ -5,11 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq"
+	"github.com/redis/go-redis/v9"
 
 	"paysvc/internal/admin"
 	"paysvc/internal/testenv"
@@ -66,60 +73,155 @@ func TestHealthz(t *testing.T) {
 	}
 }
 
+// readyBody is the JSON of /readyz.
+type readyBody struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
 func TestReadyz(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.Redis(t)
 	redisUp := func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	up := func(context.Context) error { return nil }
 	down := func(context.Context) error { return errors.New("connection refused") }
 	tests := []struct {
 		name       string
-		checks     map[string]admin.Check
+		required   map[string]admin.Check
+		optional   map[string]admin.Check
 		wantStatus int
-		wantBody   map[string]string
+		wantBody   readyBody
 	}{
 		{
 			name:       "all pass",
-			checks:     map[string]admin.Check{"redis": redisUp, "postgres": func(context.Context) error { return nil }},
+			required:   map[string]admin.Check{"postgres": up},
+			optional:   map[string]admin.Check{"redis": redisUp},
 			wantStatus: http.StatusOK,
-			wantBody:   map[string]string{"redis": "ok", "postgres": "ok"},
+			wantBody:   readyBody{"ok", map[string]string{"redis": "ok", "postgres": "ok"}},
 		},
 		{
-			name:       "postgres fails",
-			checks:     map[string]admin.Check{"redis": redisUp, "postgres": down},
+			name:       "required fails",
+			required:   map[string]admin.Check{"postgres": down},
+			optional:   map[string]admin.Check{"redis": redisUp},
 			wantStatus: http.StatusServiceUnavailable,
-			wantBody:   map[string]string{"redis": "ok", "postgres": "down"},
+			wantBody:   readyBody{"unavailable", map[string]string{"redis": "ok", "postgres": "down"}},
 		},
 		{
-			name:       "redis fails",
-			checks:     map[string]admin.Check{"redis": down, "postgres": func(context.Context) error { return nil }},
+			name:       "optional fails: degraded, still ready",
+			required:   map[string]admin.Check{"postgres": up},
+			optional:   map[string]admin.Check{"redis": down},
+			wantStatus: http.StatusOK,
+			wantBody:   readyBody{"degraded", map[string]string{"redis": "down", "postgres": "ok"}},
+		},
+		{
+			name:       "both fail",
+			required:   map[string]admin.Check{"postgres": down},
+			optional:   map[string]admin.Check{"redis": down},
 			wantStatus: http.StatusServiceUnavailable,
-			wantBody:   map[string]string{"redis": "down", "postgres": "ok"},
+			wantBody:   readyBody{"unavailable", map[string]string{"redis": "down", "postgres": "down"}},
 		},
 		{
 			name: "check honours the deadline",
-			checks: map[string]admin.Check{"slow": func(ctx context.Context) error {
+			required: map[string]admin.Check{"slow": func(ctx context.Context) error {
 				<-ctx.Done()
 				return ctx.Err()
 			}},
 			wantStatus: http.StatusServiceUnavailable,
-			wantBody:   map[string]string{"slow": "down"},
+			wantBody:   readyBody{"unavailable", map[string]string{"slow": "down"}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			srv := httptest.NewServer(admin.Handler(admin.Options{Checks: tt.checks}))
+			srv := httptest.NewServer(admin.Handler(admin.Options{Checks: tt.required, Optional: tt.optional}))
 			defer srv.Close()
 			status, _, body := get(t, srv.URL, "/readyz")
 			if status != tt.wantStatus {
 				t.Errorf("GET /readyz: got status %d, want %d (body %s)", status, tt.wantStatus, body)
 			}
-			var got map[string]string
+			var got readyBody
 			if err := json.Unmarshal([]byte(body), &got); err != nil {
 				t.Fatalf("GET /readyz: body %q is not JSON: %v", body, err)
 			}
 			if !reflect.DeepEqual(got, tt.wantBody) {
-				t.Errorf("GET /readyz: got %v, want %v", got, tt.wantBody)
+				t.Errorf("GET /readyz: got %+v, want %+v", got, tt.wantBody)
+			}
+		})
+	}
+}
+
+// TestReadyzRealDependenciesDown points real clients at closed ports: Redis
+// down is degraded (200, and paysvc_dependency_up{dependency="redis"} 0),
+// PostgreSQL down is unavailable (503).
+func TestReadyzRealDependenciesDown(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	deadDB, err := sqlx.Open("postgres", "postgres://postgres@"+testenv.FreeAddr(t)+"/payments?sslmode=disable&connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer deadDB.Close()
+	rdb := testenv.Redis(t)
+	deadRedis := redis.NewClient(&redis.Options{Addr: testenv.FreeAddr(t)}) // default retries, as the processes have
+	defer deadRedis.Close()
+	pg := func(db *sqlx.DB) admin.Check { return func(ctx context.Context) error { return db.PingContext(ctx) } }
+	rd := func(c *redis.Client) admin.Check { return func(ctx context.Context) error { return c.Ping(ctx).Err() } }
+
+	tests := []struct {
+		name        string
+		opts        admin.Options
+		wantStatus  int
+		wantBody    readyBody
+		wantMetrics []string
+	}{
+		{
+			name:        "both up",
+			opts:        admin.Options{Checks: map[string]admin.Check{"postgres": pg(db)}, Optional: map[string]admin.Check{"redis": rd(rdb)}},
+			wantStatus:  http.StatusOK,
+			wantBody:    readyBody{"ok", map[string]string{"postgres": "ok", "redis": "ok"}},
+			wantMetrics: []string{`paysvc_dependency_up{dependency="postgres"} 1`, `paysvc_dependency_up{dependency="redis"} 1`},
+		},
+		{
+			name:        "redis down",
+			opts:        admin.Options{Checks: map[string]admin.Check{"postgres": pg(db)}, Optional: map[string]admin.Check{"redis": rd(deadRedis)}},
+			wantStatus:  http.StatusOK,
+			wantBody:    readyBody{"degraded", map[string]string{"postgres": "ok", "redis": "down"}},
+			wantMetrics: []string{`paysvc_dependency_up{dependency="postgres"} 1`, `paysvc_dependency_up{dependency="redis"} 0`},
+		},
+		{
+			name:        "postgres down",
+			opts:        admin.Options{Checks: map[string]admin.Check{"postgres": pg(deadDB)}, Optional: map[string]admin.Check{"redis": rd(rdb)}},
+			wantStatus:  http.StatusServiceUnavailable,
+			wantBody:    readyBody{"unavailable", map[string]string{"postgres": "down", "redis": "ok"}},
+			wantMetrics: []string{`paysvc_dependency_up{dependency="postgres"} 0`, `paysvc_dependency_up{dependency="redis"} 1`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(admin.Handler(tt.opts))
+			defer srv.Close()
+			start := time.Now()
+			status, _, body := get(t, srv.URL, "/readyz")
+			// Kubernetes' probes time out after 1 s by default; the Redis
+			// client alone retries its dials for longer than that.
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("GET /readyz: took %v, want under 1s (a probe's default timeout)", d)
+			}
+			if status != tt.wantStatus {
+				t.Errorf("GET /readyz: got status %d, want %d (body %s)", status, tt.wantStatus, body)
+			}
+			var got readyBody
+			if err := json.Unmarshal([]byte(body), &got); err != nil {
+				t.Fatalf("GET /readyz: body %q is not JSON: %v", body, err)
+			}
+			if !reflect.DeepEqual(got, tt.wantBody) {
+				t.Errorf("GET /readyz: got %+v, want %+v", got, tt.wantBody)
+			}
+			_, _, metrics := get(t, srv.URL, "/metrics")
+			for _, want := range tt.wantMetrics {
+				if !strings.Contains(metrics, want) {
+					t.Errorf("GET /metrics: got no line %q, want it", want)
+				}
 			}
 		})
 	}
@@ -251,4 +353,84 @@ func TestQueuesWithCredentials(t *testing.T) {
 			t.Errorf("GET /queues with auth: got status %d, want 200", status)
 		}
 	})
+}
+
+func TestDefaultTimeouts(t *testing.T) {
+	t.Parallel()
+	want := admin.Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 60 * time.Second, Idle: 120 * time.Second}
+	if admin.DefaultTimeouts != want {
+		t.Errorf("got DefaultTimeouts %+v, want %+v (the public server's)", admin.DefaultTimeouts, want)
+	}
+	srv := admin.NewServer("127.0.0.1:0", http.NotFoundHandler(), admin.DefaultTimeouts)
+	got := admin.Timeouts{ReadHeader: srv.ReadHeaderTimeout, Read: srv.ReadTimeout, Write: srv.WriteTimeout, Idle: srv.IdleTimeout}
+	if got != want {
+		t.Errorf("got NewServer timeouts %+v, want %+v", got, want)
+	}
+}
+
+// TestSlowClientsAreCutOff runs the admin handler on NewServer with short
+// timeouts and checks that a client trickling its headers, or its body, or
+// idling, loses its connection within the timeout instead of holding it.
+func TestSlowClientsAreCutOff(t *testing.T) {
+	t.Parallel()
+	const readHeader, read, idle = 300 * time.Millisecond, 600 * time.Millisecond, 600 * time.Millisecond
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := admin.NewServer(l.Addr().String(), admin.Handler(admin.Options{}),
+		admin.Timeouts{ReadHeader: readHeader, Read: read, Write: time.Second, Idle: idle})
+	srv.ErrorLog = log.New(io.Discard, "", 0)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+
+	tests := []struct {
+		name  string
+		first string // sent at once
+		drip  string // then one byte every 50 ms, repeated
+		limit time.Duration
+	}{
+		{"slow headers", "GET /healthz HTTP/1.1\r\nHost: admin\r\n", "X", readHeader},
+		{"slow body", "POST /healthz HTTP/1.1\r\nHost: admin\r\nContent-Length: 100000\r\n\r\n", "x", read},
+		{"slow body to the dashboard", "POST /queues/api/queues HTTP/1.1\r\nHost: admin\r\nContent-Length: 100000\r\n\r\n", "x", read},
+		{"idle after a request", "GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n", "", idle},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			start := time.Now()
+			if _, err := io.WriteString(conn, tt.first); err != nil {
+				t.Fatal(err)
+			}
+			closed := make(chan time.Duration, 1)
+			go func() {
+				_, _ = io.Copy(io.Discard, conn) // until the server closes it
+				closed <- time.Since(start)
+			}()
+			// Four times the limit: the connection must be gone well before.
+			deadline := time.After(4 * tt.limit)
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case d := <-closed:
+					if d < tt.limit/2 {
+						t.Errorf("connection closed after %v, want about %v (the timeout)", d, tt.limit)
+					}
+					return
+				case <-deadline:
+					t.Fatalf("connection still open after %v, want it closed after about %v", 4*tt.limit, tt.limit)
+				case <-tick.C:
+					if tt.drip != "" {
+						_, _ = io.WriteString(conn, tt.drip)
+					}
+				}
+			}
+		})
+	}
 }

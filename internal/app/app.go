@@ -49,6 +49,7 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
+	cfg.AdminAddr = cfg.AdminAddrs.For(process) // one environment for all three processes
 	log := Logger(cfg.LogLevel).With("process", process)
 	slog.SetDefault(log)
 	if cfg.SecretsKeyIsDev && process != "cli" {
@@ -78,17 +79,18 @@ func (e *Env) Close() {
 	e.DB.Close()
 }
 
-// Checks are the readiness checks: ready only when PostgreSQL and Redis answer.
-func (e *Env) Checks() map[string]admin.Check {
-	return map[string]admin.Check{
-		"postgres": func(ctx context.Context) error { return e.DB.PingContext(ctx) },
-		"redis":    func(ctx context.Context) error { return e.Redis.Ping(ctx).Err() },
-	}
+// Checks are the readiness checks: PostgreSQL, the source of truth, is
+// required; Redis is optional, since every process serves without it,
+// degraded (README, "Operating it"), and catches up when it is back.
+func (e *Env) Checks() (required, optional map[string]admin.Check) {
+	return map[string]admin.Check{"postgres": func(ctx context.Context) error { return e.DB.PingContext(ctx) }},
+		map[string]admin.Check{"redis": func(ctx context.Context) error { return e.Redis.Ping(ctx).Err() }}
 }
 
 // Admin returns this process's admin handler.
 func (e *Env) Admin() *admin.Options {
-	return &admin.Options{Redis: e.RedisOpt, User: e.Config.AdminUser, Password: e.Config.AdminPassword, Checks: e.Checks()}
+	required, optional := e.Checks()
+	return &admin.Options{Redis: e.RedisOpt, User: e.Config.AdminUser, Password: e.Config.AdminPassword, Checks: required, Optional: optional}
 }
 
 // SignalContext is cancelled on SIGINT or SIGTERM: the start of a graceful stop.

@@ -21,7 +21,8 @@ type Config struct {
 	DatabaseURL                 string
 	RedisURL                    string
 	APIAddr                     string
-	AdminAddr                   string
+	AdminAddr                   string     // the running process's admin listener: app.Setup picks it from AdminAddrs
+	AdminAddrs                  AdminAddrs // the three processes' admin listeners
 	AdminUser                   string
 	AdminPassword               string
 	PublicBaseURL               string
@@ -41,6 +42,62 @@ type Config struct {
 	// SandboxRefundLatency delays the sandbox's answer to a refund after it
 	// executed it (tests of a worker dying mid-refund; demos of slow processors).
 	SandboxRefundLatency time.Duration
+}
+
+// AdminAddrs are the admin listeners of the three processes. The rule:
+// API_ADMIN_ADDR, WORKER_ADMIN_ADDR and SCHEDULER_ADMIN_ADDR when set;
+// otherwise ADMIN_ADDR (default 127.0.0.1:8081) for the api, and ADMIN_ADDR's
+// host with its port +1 for the worker and +2 for the scheduler
+// (127.0.0.1:8082 and :8083 by default; port 0, "any free port", stays 0).
+// So one environment serves the three side by side on one host, and each
+// process has the same port wherever it runs, a container included.
+type AdminAddrs struct {
+	API, Worker, Scheduler string
+}
+
+// For returns the admin listener of process ("api", "worker", "scheduler");
+// the api's for any other (the CLI serves none).
+func (a AdminAddrs) For(process string) string {
+	switch process {
+	case "worker":
+		return a.Worker
+	case "scheduler":
+		return a.Scheduler
+	}
+	return a.API
+}
+
+// adminAddrs applies the AdminAddrs rule to base (ADMIN_ADDR).
+func adminAddrs(get func(name, def string) string, bad func(name, format string, args ...any)) AdminAddrs {
+	base := get("ADMIN_ADDR", "127.0.0.1:8081")
+	a := AdminAddrs{
+		API:       get("API_ADMIN_ADDR", base),
+		Worker:    get("WORKER_ADMIN_ADDR", ""),
+		Scheduler: get("SCHEDULER_ADMIN_ADDR", ""),
+	}
+	host, p, err := net.SplitHostPort(base)
+	port, perr := strconv.Atoi(p)
+	if err != nil || perr != nil || port < 0 || port > 65535 {
+		bad("ADMIN_ADDR", "must be host:port or :port with a numeric port, got %q", base)
+		return a
+	}
+	for _, d := range []struct {
+		addr   *string
+		name   string
+		offset int
+	}{{&a.Worker, "WORKER_ADMIN_ADDR", 1}, {&a.Scheduler, "SCHEDULER_ADMIN_ADDR", 2}} {
+		if *d.addr != "" {
+			continue
+		}
+		if port == 0 {
+			*d.addr = base
+		} else if port+d.offset > 65535 {
+			bad("ADMIN_ADDR", "port %d leaves no port +%d for the default %s: set %s", port, d.offset, d.name, d.name)
+		} else {
+			*d.addr = net.JoinHostPort(host, strconv.Itoa(port+d.offset))
+		}
+	}
+	return a
 }
 
 // devSecretsKey is used when SECRETS_KEY is unset, with a loud warning:
@@ -67,7 +124,6 @@ func Load(getenv func(string) string) (Config, error) {
 		DatabaseURL:          get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/payments?sslmode=disable"),
 		RedisURL:             get("REDIS_URL", "redis://127.0.0.1:6379/0"),
 		APIAddr:              get("API_ADDR", ":8080"),
-		AdminAddr:            get("ADMIN_ADDR", "127.0.0.1:8081"),
 		AdminUser:            getenv("ADMIN_USER"),
 		AdminPassword:        getenv("ADMIN_PASSWORD"),
 		PublicBaseURL:        strings.TrimRight(get("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
@@ -79,14 +135,21 @@ func Load(getenv func(string) string) (Config, error) {
 		LogLevel:             get("LOG_LEVEL", "info"),
 	}
 
+	c.AdminAddrs = adminAddrs(get, bad)
+	c.AdminAddr = c.AdminAddrs.API
+
 	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		bad("DATABASE_URL", "must be a postgres:// URL")
 	}
 	if _, err := redis.ParseURL(c.RedisURL); err != nil {
 		bad("REDIS_URL", "must be a redis:// URL (%v)", err)
 	}
-	for name, addr := range map[string]string{"API_ADDR": c.APIAddr, "ADMIN_ADDR": c.AdminAddr} {
-		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+	for name, addr := range map[string]string{"API_ADDR": c.APIAddr, "API_ADMIN_ADDR": getenv("API_ADMIN_ADDR"),
+		"WORKER_ADMIN_ADDR": getenv("WORKER_ADMIN_ADDR"), "SCHEDULER_ADMIN_ADDR": getenv("SCHEDULER_ADMIN_ADDR")} {
+		if name != "API_ADDR" && strings.TrimSpace(addr) == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(strings.TrimSpace(addr)); err != nil || port == "" {
 			bad(name, "must be host:port or :port, got %q", addr)
 		}
 	}

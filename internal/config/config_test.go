@@ -35,6 +35,7 @@ func TestLoadDefaults(t *testing.T) {
 		{"REDIS_URL", c.RedisURL, "redis://127.0.0.1:6379/0"},
 		{"API_ADDR", c.APIAddr, ":8080"},
 		{"ADMIN_ADDR", c.AdminAddr, "127.0.0.1:8081"},
+		{"admin listeners", c.AdminAddrs, config.AdminAddrs{API: "127.0.0.1:8081", Worker: "127.0.0.1:8082", Scheduler: "127.0.0.1:8083"}},
 		{"ADMIN_USER", c.AdminUser, ""},
 		{"ADMIN_PASSWORD", c.AdminPassword, ""},
 		{"PUBLIC_BASE_URL", c.PublicBaseURL, "http://localhost:8080"},
@@ -76,6 +77,9 @@ func TestLoadOverrides(t *testing.T) {
 		"REDIS_URL":                      "redis://cache.internal:6380/3",
 		"API_ADDR":                       "0.0.0.0:9090",
 		"ADMIN_ADDR":                     "127.0.0.1:9091",
+		"API_ADMIN_ADDR":                 "127.0.0.1:9191",
+		"WORKER_ADMIN_ADDR":              "127.0.0.1:9192",
+		"SCHEDULER_ADMIN_ADDR":           "127.0.0.1:9193",
 		"ADMIN_USER":                     "ops",
 		"ADMIN_PASSWORD":                 "s3cret",
 		"PUBLIC_BASE_URL":                "https://pay.example.com/",
@@ -105,7 +109,8 @@ func TestLoadOverrides(t *testing.T) {
 		{"DATABASE_URL", c.DatabaseURL, vars["DATABASE_URL"]},
 		{"REDIS_URL", c.RedisURL, vars["REDIS_URL"]},
 		{"API_ADDR", c.APIAddr, "0.0.0.0:9090"},
-		{"ADMIN_ADDR", c.AdminAddr, "127.0.0.1:9091"},
+		{"ADMIN_ADDR (the api's, overridden by API_ADMIN_ADDR)", c.AdminAddr, "127.0.0.1:9191"},
+		{"*_ADMIN_ADDR", c.AdminAddrs, config.AdminAddrs{API: "127.0.0.1:9191", Worker: "127.0.0.1:9192", Scheduler: "127.0.0.1:9193"}},
 		{"ADMIN_USER", c.AdminUser, "ops"},
 		{"ADMIN_PASSWORD", c.AdminPassword, "s3cret"},
 		{"PUBLIC_BASE_URL (trailing slash trimmed)", c.PublicBaseURL, "https://pay.example.com"},
@@ -128,6 +133,58 @@ func TestLoadOverrides(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if !reflect.DeepEqual(tt.got, tt.want) {
 				t.Errorf("got %#v, want %#v", tt.got, tt.want)
+			}
+		})
+	}
+}
+
+// TestAdminAddrs checks the rule that lets one environment start all three
+// processes on one host: per-process variables win; otherwise the api has
+// ADMIN_ADDR and the worker and scheduler its port +1 and +2.
+func TestAdminAddrs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		vars map[string]string
+		want config.AdminAddrs
+	}{
+		{"defaults", nil, config.AdminAddrs{API: "127.0.0.1:8081", Worker: "127.0.0.1:8082", Scheduler: "127.0.0.1:8083"}},
+		{"ADMIN_ADDR only", map[string]string{"ADMIN_ADDR": "0.0.0.0:9000"},
+			config.AdminAddrs{API: "0.0.0.0:9000", Worker: "0.0.0.0:9001", Scheduler: "0.0.0.0:9002"}},
+		{"ADMIN_ADDR without host", map[string]string{"ADMIN_ADDR": ":9000"},
+			config.AdminAddrs{API: ":9000", Worker: ":9001", Scheduler: ":9002"}},
+		{"IPv6 ADMIN_ADDR", map[string]string{"ADMIN_ADDR": "[::1]:9000"},
+			config.AdminAddrs{API: "[::1]:9000", Worker: "[::1]:9001", Scheduler: "[::1]:9002"}},
+		{"ADMIN_ADDR port 0: any free port for each", map[string]string{"ADMIN_ADDR": "127.0.0.1:0"},
+			config.AdminAddrs{API: "127.0.0.1:0", Worker: "127.0.0.1:0", Scheduler: "127.0.0.1:0"}},
+		{"per-process variables win", map[string]string{"ADMIN_ADDR": "127.0.0.1:9000",
+			"API_ADMIN_ADDR": "0.0.0.0:7001", "WORKER_ADMIN_ADDR": "0.0.0.0:7002", "SCHEDULER_ADMIN_ADDR": "0.0.0.0:7003"},
+			config.AdminAddrs{API: "0.0.0.0:7001", Worker: "0.0.0.0:7002", Scheduler: "0.0.0.0:7003"}},
+		{"one per-process variable", map[string]string{"ADMIN_ADDR": "127.0.0.1:9000", "WORKER_ADMIN_ADDR": "0.0.0.0:8081"},
+			config.AdminAddrs{API: "127.0.0.1:9000", Worker: "0.0.0.0:8081", Scheduler: "127.0.0.1:9002"}},
+		{"API_ADMIN_ADDR does not move the others", map[string]string{"API_ADMIN_ADDR": "0.0.0.0:7001"},
+			config.AdminAddrs{API: "0.0.0.0:7001", Worker: "127.0.0.1:8082", Scheduler: "127.0.0.1:8083"}},
+		{"highest port with room", map[string]string{"ADMIN_ADDR": ":65533"},
+			config.AdminAddrs{API: ":65533", Worker: ":65534", Scheduler: ":65535"}},
+		{"no room, but both set", map[string]string{"ADMIN_ADDR": ":65535", "WORKER_ADMIN_ADDR": ":1", "SCHEDULER_ADMIN_ADDR": ":2"},
+			config.AdminAddrs{API: ":65535", Worker: ":1", Scheduler: ":2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := config.Load(env(tt.vars))
+			if err != nil {
+				t.Fatalf("Load(%v): got error %v, want nil", tt.vars, err)
+			}
+			if c.AdminAddrs != tt.want {
+				t.Errorf("Load(%v): got %+v, want %+v", tt.vars, c.AdminAddrs, tt.want)
+			}
+			if c.AdminAddr != tt.want.API {
+				t.Errorf("Load(%v): got AdminAddr %q, want the api's %q", tt.vars, c.AdminAddr, tt.want.API)
+			}
+			for process, want := range map[string]string{"api": tt.want.API, "worker": tt.want.Worker, "scheduler": tt.want.Scheduler, "cli": tt.want.API} {
+				if got := c.AdminAddrs.For(process); got != want {
+					t.Errorf("For(%q): got %q, want %q", process, got, want)
+				}
 			}
 		})
 	}
@@ -161,6 +218,12 @@ func TestLoadBadValues(t *testing.T) {
 		{"ADMIN_PASSWORD without ADMIN_USER", map[string]string{"ADMIN_PASSWORD": "pw"}, "ADMIN_USER"},
 		{"API_ADDR not an address", map[string]string{"API_ADDR": "nonsense"}, "API_ADDR"},
 		{"ADMIN_ADDR not an address", map[string]string{"ADMIN_ADDR": "nonsense"}, "ADMIN_ADDR"},
+		{"ADMIN_ADDR named port", map[string]string{"ADMIN_ADDR": "127.0.0.1:http"}, "ADMIN_ADDR"},
+		{"ADMIN_ADDR port out of range", map[string]string{"ADMIN_ADDR": "127.0.0.1:70000"}, "ADMIN_ADDR"},
+		{"ADMIN_ADDR leaves no port for the scheduler", map[string]string{"ADMIN_ADDR": ":65534"}, "SCHEDULER_ADMIN_ADDR"},
+		{"API_ADMIN_ADDR not an address", map[string]string{"API_ADMIN_ADDR": "nonsense"}, "API_ADMIN_ADDR"},
+		{"WORKER_ADMIN_ADDR not an address", map[string]string{"WORKER_ADMIN_ADDR": "8082"}, "WORKER_ADMIN_ADDR"},
+		{"SCHEDULER_ADMIN_ADDR not an address", map[string]string{"SCHEDULER_ADMIN_ADDR": "x:"}, "SCHEDULER_ADMIN_ADDR"},
 		{"PUBLIC_BASE_URL ftp", map[string]string{"PUBLIC_BASE_URL": "ftp://x"}, "PUBLIC_BASE_URL"},
 		{"PUBLIC_BASE_URL relative", map[string]string{"PUBLIC_BASE_URL": "/pay"}, "PUBLIC_BASE_URL"},
 		{"DATABASE_URL mysql", map[string]string{"DATABASE_URL": "mysql://"}, "DATABASE_URL"},

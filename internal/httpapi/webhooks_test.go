@@ -232,6 +232,38 @@ func TestEndpointPrivateURLs(t *testing.T) {
 	}
 }
 
+// TestEndpointTranslatedURLs: addresses that a NAT64, 6to4 or SIIT
+// translator maps onto loopback, private or metadata addresses, and reserved
+// ranges, are refused at registration like the addresses themselves.
+func TestEndpointTranslatedURLs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	key := h.testKey()
+	for _, u := range []string{
+		"https://[64:ff9b:1::a9fe:a9fe]/",
+		"https://[64:ff9b::a9fe:a9fe]/",
+		"https://[2002:7f00:1::]/",
+		"https://[::127.0.0.1]/",
+		"https://[::ffff:0:127.0.0.1]/",
+		"https://[fec0::1]/",
+		"https://[100::1]/",
+		"https://192.0.2.1/",
+		"https://[2001:db8::1]/",
+	} {
+		t.Run(u, func(t *testing.T) {
+			r := h.do("POST", "/v1/webhook-endpoints", key, map[string]any{"url": u})
+			wantError(t, r, http.StatusBadRequest, "validation_error")
+		})
+	}
+	if got := listEndpoints(t, h, key); len(got) != 0 {
+		t.Errorf("got endpoints %v after refused creations, want none", endpointIDs(got))
+	}
+	e := createEndpointOK(t, h, key, map[string]any{"url": "https://[2606:4700::1111]/hook"})
+	if e.URL != "https://[2606:4700::1111]/hook" {
+		t.Errorf("got url %q, want the global address accepted", e.URL)
+	}
+}
+
 func TestEndpointListAndIsolation(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpts{})

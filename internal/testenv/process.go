@@ -3,6 +3,7 @@ package testenv
 import (
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -57,4 +58,32 @@ func WaitRun(t testing.TB, done <-chan error) error {
 		t.Fatal("run did not return within 30s of cancellation, want a graceful stop")
 		return nil
 	}
+}
+
+// FreePorts returns the first of n consecutive loopback ports nobody listens
+// on right now (for ADMIN_ADDR, whose port +1 and +2 the worker and the
+// scheduler take).
+func FreePorts(t testing.TB, n int) int {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls := []net.Listener{l}
+		base := l.Addr().(*net.TCPAddr).Port
+		for p := base + 1; p < base+n && p <= 65535; p++ {
+			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+				ls = append(ls, l)
+			}
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if len(ls) == n {
+			return base
+		}
+	}
+	t.Fatalf("found no %d consecutive free ports in 100 tries", n)
+	return 0
 }

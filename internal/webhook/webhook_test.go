@@ -134,49 +134,119 @@ func countDiff(a, b []byte) int {
 	return n
 }
 
+// TestForbidden walks both IANA special-purpose address registries (IPv4
+// and IPv6), the first and last address of each block that is not globally
+// reachable, the IPv4 embeddings a translator or tunnel maps onto them, and
+// global addresses that must stay allowed.
 func TestForbidden(t *testing.T) {
 	cases := []struct {
 		addr string
 		want bool
+		why  string
 	}{
-		{"127.0.0.1", true},
-		{"127.255.255.254", true},
-		{"::1", true},
-		{"10.0.0.1", true},
-		{"10.255.255.255", true},
-		{"172.16.0.1", true},
-		{"172.31.255.255", true},
-		{"192.168.0.1", true},
-		{"192.168.255.255", true},
-		{"169.254.169.254", true}, // cloud metadata
-		{"169.254.0.1", true},
-		{"100.64.0.1", true},
-		{"100.127.255.255", true},
-		{"fc00::1", true},
-		{"fd12:3456:789a::1", true},
-		{"fe80::1", true},
-		{"febf::1", true},
-		{"::ffff:127.0.0.1", true}, // IPv4-mapped loopback
-		{"::ffff:10.0.0.1", true},
-		{"::ffff:169.254.169.254", true},
-		{"0.0.0.0", true},
-		{"::", true},
-		{"224.0.0.1", true},
-		{"ff02::1", true},
-		// IPv6 addresses with a zone are the same addresses.
-		{"fe80::1%eth0", true},
-		{"::1%lo", true},
-		// Public.
-		{"8.8.8.8", false},
-		{"1.1.1.1", false},
-		{"2606:4700::1", false},
-		{"2001:4860:4860::8888", false},
-		{"172.15.255.255", false},
-		{"172.32.0.1", false},
-		{"100.63.255.255", false},
-		{"100.128.0.1", false},
-		{"192.169.0.1", false},
-		{"::ffff:8.8.8.8", false},
+		// IPv4 Special-Purpose Address Registry.
+		{"0.0.0.0", true, "this network"},
+		{"0.255.255.255", true, "this network"},
+		{"10.0.0.0", true, "private-use"},
+		{"10.255.255.255", true, "private-use"},
+		{"100.64.0.0", true, "shared address space"},
+		{"100.127.255.255", true, "shared address space"},
+		{"127.0.0.1", true, "loopback"},
+		{"127.255.255.254", true, "loopback"},
+		{"169.254.0.1", true, "link local"},
+		{"169.254.169.254", true, "cloud metadata"},
+		{"172.16.0.1", true, "private-use"},
+		{"172.31.255.255", true, "private-use"},
+		{"192.0.0.0", true, "IETF protocol assignments"},
+		{"192.0.0.8", true, "IPv4 dummy address"},
+		{"192.0.0.9", true, "PCP anycast (refused: not a receiver)"},
+		{"192.0.0.10", true, "TURN anycast (refused: not a receiver)"},
+		{"192.0.0.170", true, "NAT64/DNS64 discovery"},
+		{"192.0.0.255", true, "IETF protocol assignments"},
+		{"192.0.2.1", true, "TEST-NET-1"},
+		{"192.0.2.255", true, "TEST-NET-1"},
+		{"192.88.99.1", true, "deprecated 6to4 relay anycast"},
+		{"192.168.0.1", true, "private-use"},
+		{"192.168.255.255", true, "private-use"},
+		{"198.18.0.1", true, "benchmarking"},
+		{"198.19.255.255", true, "benchmarking"},
+		{"198.51.100.7", true, "TEST-NET-2"},
+		{"203.0.113.9", true, "TEST-NET-3"},
+		{"240.0.0.1", true, "reserved"},
+		{"255.255.255.255", true, "limited broadcast"},
+		{"224.0.0.1", true, "multicast"},
+		{"239.255.255.255", true, "multicast"},
+
+		// IPv6 Special-Purpose Address Registry.
+		{"::1", true, "loopback"},
+		{"::", true, "unspecified"},
+		{"::ffff:127.0.0.1", true, "IPv4-mapped loopback"},
+		{"::ffff:10.0.0.1", true, "IPv4-mapped private"},
+		{"::ffff:169.254.169.254", true, "IPv4-mapped metadata"},
+		{"::ffff:192.0.2.1", true, "IPv4-mapped documentation"},
+		{"64:ff9b::7f00:1", true, "NAT64 well-known prefix, 127.0.0.1"},
+		{"64:ff9b::a9fe:a9fe", true, "NAT64 well-known prefix, 169.254.169.254"},
+		{"64:ff9b::a00:1", true, "NAT64 well-known prefix, 10.0.0.1"},
+		{"64:ff9b:1::a9fe:a9fe", true, "local-use NAT64, 169.254.169.254"},
+		{"64:ff9b:1::808:808", true, "local-use NAT64 (not globally reachable whatever it embeds)"},
+		{"64:ff9b:1:ffff:ffff:ffff:ffff:ffff", true, "local-use NAT64"},
+		{"100::1", true, "discard-only"},
+		{"100::ffff:ffff:ffff:ffff", true, "discard-only"},
+		{"100:0:0:1::1", true, "dummy IPv6 prefix"},
+		{"2001::1", true, "Teredo"},
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", true, "Teredo"},
+		{"2001:1::1", true, "PCP anycast (refused: not a receiver)"},
+		{"2001:2::1", true, "benchmarking"},
+		{"2001:3::1", true, "AMT (refused: inside 2001::/23)"},
+		{"2001:20::1", true, "ORCHIDv2"},
+		{"2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff", true, "IETF protocol assignments"},
+		{"2001:db8::1", true, "documentation"},
+		{"2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", true, "documentation"},
+		{"2002:7f00:1::", true, "6to4 of 127.0.0.1"},
+		{"2002:a9fe:a9fe::1", true, "6to4 of 169.254.169.254"},
+		{"2002:c0a8:101::1", true, "6to4 of 192.168.1.1"},
+		{"2002::", true, "6to4 of 0.0.0.0"},
+		{"3fff::1", true, "documentation"},
+		{"3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff", true, "documentation"},
+		{"5f00::1", true, "SRv6 SIDs"},
+		{"fc00::1", true, "unique-local"},
+		{"fd12:3456:789a::1", true, "unique-local"},
+		{"fe80::1", true, "link-local"},
+		{"febf::1", true, "link-local"},
+		// Outside 2000::/3: not global unicast.
+		{"::127.0.0.1", true, "IPv4-compatible loopback"},
+		{"::8.8.8.8", true, "IPv4-compatible (deprecated) of a global address"},
+		{"::ffff:0:127.0.0.1", true, "SIIT IPv4-translated loopback"},
+		{"::ffff:0:8.8.8.8", true, "SIIT IPv4-translated of a global address"},
+		{"fec0::1", true, "site-local (deprecated)"},
+		{"ff02::1", true, "multicast"},
+		{"4000::1", true, "unassigned, outside 2000::/3"},
+		{"e000::1", true, "unassigned, outside 2000::/3"},
+		// A zone does not change the address.
+		{"fe80::1%eth0", true, "zoned link-local"},
+		{"::1%lo", true, "zoned loopback"},
+
+		// Global: allowed.
+		{"8.8.8.8", false, "global IPv4"},
+		{"1.1.1.1", false, "global IPv4"},
+		{"172.15.255.255", false, "just below 172.16.0.0/12"},
+		{"172.32.0.1", false, "just above 172.16.0.0/12"},
+		{"100.63.255.255", false, "just below 100.64.0.0/10"},
+		{"100.128.0.1", false, "just above 100.64.0.0/10"},
+		{"192.169.0.1", false, "just above 192.168.0.0/16"},
+		{"192.0.1.255", false, "between 192.0.0.0/24 and 192.0.2.0/24"},
+		{"192.31.196.1", false, "AS112-v4 (globally reachable)"},
+		{"192.175.48.1", false, "AS112 direct delegation (globally reachable)"},
+		{"223.255.255.255", false, "just below multicast"},
+		{"::ffff:8.8.8.8", false, "IPv4-mapped global"},
+		{"2606:4700::1111", false, "global IPv6"},
+		{"2606:4700::1", false, "global IPv6"},
+		{"2001:4860:4860::8888", false, "global IPv6 (2001:4860::, outside 2001::/23)"},
+		{"2001:200::1", false, "global IPv6 just above 2001::/23"},
+		{"2620:4f:8000::1", false, "AS112-v6 direct delegation (globally reachable)"},
+		{"64:ff9b::808:808", false, "NAT64 well-known prefix, 8.8.8.8"},
+		{"2002:808:808::1", false, "6to4 of 8.8.8.8"},
+		{"3ffe::1", false, "global unicast below 3fff::/20"},
 	}
 	for _, c := range cases {
 		t.Run(c.addr, func(t *testing.T) {
@@ -185,9 +255,15 @@ func TestForbidden(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got := webhook.Forbidden(ip); got != c.want {
-				t.Errorf("got Forbidden(%s) = %v, want %v", c.addr, got, c.want)
+				t.Errorf("got Forbidden(%s) = %v, want %v (%s)", c.addr, got, c.want, c.why)
+			}
+			if got := webhook.Global(ip); got == c.want {
+				t.Errorf("got Global(%s) = %v, want %v (%s)", c.addr, got, !c.want, c.why)
 			}
 		})
+	}
+	if webhook.Global(netip.Addr{}) {
+		t.Error("got Global(zero Addr) = true, want false")
 	}
 }
 
@@ -209,11 +285,25 @@ func TestCheckURL(t *testing.T) {
 		"https://localhost:8443/hook", // with a port
 		"https://[fe80::1%25eth0]/",   // zoned link-local
 		"https://[::1%25lo]/",         // zoned loopback
+		// Translated and reserved addresses (issue 10).
+		"https://[64:ff9b:1::a9fe:a9fe]/", // 169.254.169.254 via local-use NAT64
+		"https://[64:ff9b::a9fe:a9fe]/",   // 169.254.169.254 via well-known NAT64
+		"https://[2002:7f00:1::]/",        // 127.0.0.1 via 6to4
+		"https://[::127.0.0.1]/",          // IPv4-compatible
+		"https://[::ffff:0:127.0.0.1]/",   // SIIT
+		"https://[fec0::1]/",              // site-local
+		"https://[100::1]/",               // discard-only
+		"https://192.0.2.1/",              // documentation
+		"https://[2001:db8::1]/",          // documentation
+		"https://[2001::1]/",              // Teredo
+		"https://255.255.255.255/",        // limited broadcast
 	}
 	public := []string{
 		"https://8.8.8.8/hook",
 		"https://[2606:4700::1]/hook",
 		"https://1.1.1.1:8443/",
+		"https://[2606:4700::1111]/",
+		"https://[64:ff9b::808:808]/", // 8.8.8.8 via NAT64
 	}
 	ctx := context.Background()
 	for _, u := range blocked {
@@ -306,6 +396,15 @@ func TestNewClientDialCheck(t *testing.T) {
 		{"name resolving to loopback refused at connect", "https://localhost:" + port + "/", webhook.Options{InsecureTLS: true}, true, true},
 		{"allowed private networks", srv.URL, webhook.Options{AllowPrivateNetworks: true, InsecureTLS: true}, false, false},
 		{"allowed private networks verify TLS", srv.URL, webhook.Options{AllowPrivateNetworks: true}, false, true},
+	}
+	// Translated and reserved literals: the dialer refuses them before
+	// connecting (without the check they would fail otherwise, or not at all).
+	for _, host := range []string{
+		"[64:ff9b::7f00:1]", "[64:ff9b:1::a9fe:a9fe]", "[2002:7f00:1::]", "[::127.0.0.1]",
+		"[::ffff:0:127.0.0.1]", "[fec0::1]", "[100::1]", "192.0.2.1", "[2001:db8::1]",
+	} {
+		cases = append(cases, dialCase{"translated or reserved " + host + " refused at connect",
+			"https://" + host + ":" + port + "/", webhook.Options{InsecureTLS: true}, true, true})
 	}
 	if v6 != "" {
 		p6 := v6[strings.LastIndex(v6, ":")+1:]

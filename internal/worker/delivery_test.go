@@ -983,7 +983,7 @@ func startWorkerProcess(t *testing.T, s *deliveryStack, bin, name string) *worke
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+testenv.DatabaseURL(t),
 		"REDIS_URL="+testenv.RedisURL(t),
-		"ADMIN_ADDR="+admin,
+		"WORKER_ADMIN_ADDR="+admin,
 		"WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		"WEBHOOK_TLS_INSECURE=true",
 		"WEBHOOK_RETRY_BASE=50ms",
