@@ -65,7 +65,7 @@ func run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return admin.Serve(gctx, env.Config.AdminAddr, admin.Handler(*env.Admin()), env.Log) })
 	g.Go(func() error {
-		worker.Relay(gctx, env.Store, enq, relayEvery, relayGrace, env.Log)
+		worker.Relay(gctx, env.Store, enq, time.Now, relayEvery, relayGrace, env.Log) // real time: rows carry their merchant's offset
 		return nil
 	})
 	err = g.Wait()

@@ -830,7 +830,7 @@ func TestRelayRedeliversAfterRedisFlush(t *testing.T) {
 		t.Fatalf("after FlushDB: got %d pending tasks, want 0", len(got))
 	}
 
-	enqueued, err := worker.RelayOnce(ctx, s.store, s.enq, 0)
+	enqueued, err := worker.RelayOnce(ctx, s.store, s.enq, time.Now(), 0)
 	if err != nil {
 		t.Fatalf("RelayOnce: %v", err)
 	}
@@ -844,7 +844,7 @@ func TestRelayRedeliversAfterRedisFlush(t *testing.T) {
 		}
 	}
 	// A task still queued is not queued twice (TaskID = delivery id).
-	if again, err := worker.RelayOnce(ctx, s.store, s.enq, 0); err != nil || again != 0 {
+	if again, err := worker.RelayOnce(ctx, s.store, s.enq, time.Now(), 0); err != nil || again != 0 {
 		t.Errorf("second RelayOnce: got %d enqueued, %v, want 0, nil", again, err)
 	}
 	if got := rc.count(); got != 0 {

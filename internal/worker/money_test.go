@@ -869,7 +869,7 @@ func TestRelayReenqueuesStrandedMoneyWork(t *testing.T) {
 		t.Fatalf("after FlushDB: got %d pending tasks, want 0", len(got))
 	}
 
-	n, err := worker.RelayOnce(ctx, s.store, s.enq, 0)
+	n, err := worker.RelayOnce(ctx, s.store, s.enq, time.Now(), 0)
 	if err != nil {
 		t.Fatalf("RelayOnce: %v", err)
 	}
@@ -890,7 +890,7 @@ func TestRelayReenqueuesStrandedMoneyWork(t *testing.T) {
 			t.Errorf("relayed task %s: got type %q, want %q", id, info.Type, typ)
 		}
 	}
-	if again, err := worker.RelayOnce(ctx, s.store, s.enq, 0); err != nil || again != 0 {
+	if again, err := worker.RelayOnce(ctx, s.store, s.enq, time.Now(), 0); err != nil || again != 0 {
 		t.Errorf("second RelayOnce: got %d enqueued, %v, want 0, nil (tasks still queued)", again, err)
 	}
 
