@@ -119,16 +119,29 @@ func (s *Store) CreateRefund(ctx context.Context, sc payments.Scope, ref payment
 // the payment's lock (a hot payment serializes its refunds) and the
 // balance's (shared by all the merchant's refunds) are held from here to
 // commit only, and two refunds can never both take the last of a balance.
+// The amount check reads the balance through cur, which locks the row
+// and so sees its latest committed version: were the check written on
+// balances' own columns in b's WHERE, a refund whose snapshot predates a
+// concurrent refund's commit would test the old ledger_total (without the
+// credits that refund folded, which this one then no longer finds) and be
+// refused although the money is there; a WHERE that fails on the snapshot
+// version is never re-checked on the newer one. cur's condition on credit
+// only orders the locks: the credits (ledger entries) first, then the
+// balance row, as before, so two refunds cannot deadlock.
 // A succeeded payment always created its balance row, so a missing one
 // means the ledger cannot vouch for the refund: balance_verification_failed,
 // as is a failure to read it. On a refusal the caller's transaction rolls
 // the refund and the payment back.
 func insertRefund(ctx context.Context, tx *txn, sc payments.Scope, r payments.Refund, idemKey string) error {
-	const q = `WITH ` + foldCredits + `, b AS (
+	const q = `WITH ` + foldCredits + `, cur AS (
+		SELECT ledger_total, reserved FROM balances
+		WHERE merchant_id = $1 AND livemode = $2 AND currency = $3 AND (SELECT credit FROM credit) IS NOT NULL
+		FOR UPDATE
+	), b AS (
 		UPDATE balances SET ledger_total = ledger_total + (SELECT credit FROM credit), reserved = reserved + $6,
 			updated_at = now()
 		WHERE merchant_id = $1 AND livemode = $2 AND currency = $3
-			AND ledger_total + (SELECT credit FROM credit) - reserved >= $6
+			AND (SELECT ledger_total + (SELECT credit FROM credit) - reserved FROM cur) >= $6
 		RETURNING 1
 	), p AS (
 		UPDATE payment_intents SET amount_refund_pending = amount_refund_pending + $6, updated_at = now()
