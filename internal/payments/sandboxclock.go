@@ -21,8 +21,9 @@ type ClockAdvance struct {
 	ClosedDisputes  int    `json:"closed_disputes"`
 }
 
-// dueBatch bounds one transaction of the due work run after a move.
-const dueBatch = 500
+// SweepBatch bounds one transaction of a sweep (session expiry, overdue
+// disputes), whether the scheduler's or advance-clock's.
+const SweepBatch = 500
 
 // AdvanceClock moves the scope's sandbox clock forward by `by` and then
 // runs, at once, the sweeps whose work may have come due (checkout-session
@@ -52,23 +53,24 @@ func (s *Service) AdvanceClock(ctx context.Context, sc Scope, by time.Duration) 
 		mode = "live"
 	}
 	out := ClockAdvance{MerchantID: sc.MerchantID, Mode: mode, OffsetSeconds: int64(off / time.Second)}
-	if out.ExpiredSessions, err = drain(ctx, s.ExpireSessions); err != nil {
+	if out.ExpiredSessions, err = Drain(ctx, s.ExpireSessions); err != nil {
 		return out, err
 	}
-	if out.ClosedDisputes, err = drain(ctx, s.CloseOverdueDisputes); err != nil {
+	if out.ClosedDisputes, err = Drain(ctx, s.CloseOverdueDisputes); err != nil {
 		return out, err
 	}
 	out.Now = s.clock.Now(ctx, sc).Unix()
 	return out, nil
 }
 
-// drain runs a sweep batch after batch until one comes back short.
-func drain(ctx context.Context, batch func(ctx context.Context, limit int) (int, error)) (int, error) {
+// Drain runs a sweep batch after batch (each its own transaction) until one
+// comes back short, and returns how many rows changed.
+func Drain(ctx context.Context, batch func(ctx context.Context, limit int) (int, error)) (int, error) {
 	total := 0
 	for {
-		n, err := batch(ctx, dueBatch)
+		n, err := batch(ctx, SweepBatch)
 		total += n
-		if err != nil || n < dueBatch {
+		if err != nil || n < SweepBatch {
 			return total, err
 		}
 	}

@@ -38,9 +38,6 @@ func (h *Handlers) Register(mux *asynq.ServeMux) {
 	h.registerMoney(mux)
 }
 
-// expireBatch bounds one transaction of the expiry sweep.
-const expireBatch = 500
-
 // expireSessions closes expired sessions in batches until none are left.
 func (h *Handlers) expireSessions(ctx context.Context, _ *asynq.Task) error {
 	return h.sweep(ctx, "expired checkout sessions", h.Service.ExpireSessions)
@@ -51,19 +48,11 @@ func (h *Handlers) closeOverdueDisputes(ctx context.Context, _ *asynq.Task) erro
 	return h.sweep(ctx, "closed overdue disputes as lost", h.Service.CloseOverdueDisputes)
 }
 
-// sweep runs one batch after another (each its own transaction) until a
-// batch comes back short, and logs how many rows changed.
+// sweep drains a sweep (payments.Drain) and logs how many rows changed.
 func (h *Handlers) sweep(ctx context.Context, what string, batch func(ctx context.Context, limit int) (int, error)) error {
-	total := 0
-	for {
-		n, err := batch(ctx, expireBatch)
-		if err != nil {
-			return err
-		}
-		total += n
-		if n < expireBatch {
-			break
-		}
+	total, err := payments.Drain(ctx, batch)
+	if err != nil {
+		return err
 	}
 	if total > 0 {
 		h.Log.InfoContext(ctx, what, "count", total)
