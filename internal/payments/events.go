@@ -13,6 +13,10 @@ const (
 	EventPaymentFailed    = "payment_intent.payment_failed"
 	EventSessionCompleted = "checkout.session.completed"
 	EventSessionExpired   = "checkout.session.expired"
+
+	EventSubscriptionCreated = "customer.subscription.created"
+	EventSubscriptionUpdated = "customer.subscription.updated"
+	EventSubscriptionDeleted = "customer.subscription.deleted"
 )
 
 // Event is a change to tell the merchant about; it is written in the

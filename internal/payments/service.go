@@ -121,6 +121,7 @@ type Store interface {
 	PruneEvents(ctx context.Context, sc Scope, before time.Time, limit int) (int, error)
 
 	SubscriptionStore
+	SubscriptionRecords
 }
 
 // Service holds the use cases.

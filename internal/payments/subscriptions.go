@@ -37,11 +37,23 @@ type Subscription struct {
 	Metadata           map[string]string
 	Live               bool
 	Created            time.Time
+	// Currency is its items' (one per subscription), PassFees whether every
+	// charge is grossed up by the fee as its session's was.
+	Currency string
+	PassFees bool
+	// CardID is the processor's reference of the saved card its charges use
+	// (card_… in the sandbox); SessionID the checkout session it came from.
+	CardID    *string
+	SessionID *string
+	// NextRetryAt is when a past_due subscription's open charge is retried
+	// (dunning); nil otherwise.
+	NextRetryAt *time.Time
 }
 
 // SubscriptionItem is one price of a subscription and its quantity.
 type SubscriptionItem struct {
 	ID       string
+	Name     string // the product's name, shown on hosted pages
 	Price    RecurringPrice
 	Quantity int
 }

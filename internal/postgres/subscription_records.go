@@ -1,0 +1,245 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+
+	"paysvc/internal/payments"
+)
+
+// subscriptionCols reads a subscription with its items, aggregated in the
+// same statement (one round trip for a read and for a page alike), in the
+// order they were added.
+const subscriptionCols = `s.id, s.livemode, s.customer_id, s.status, s.currency, s.anchor, s.current_period_start,
+	s.current_period_end, s.cancel_at_period_end, s.canceled_at, s.ended_at, s.trial_end, s.pending_proration,
+	s.pass_fees_to_customer, s.metadata, s.card_id, s.session_id, s.next_retry_at, s.created_at,
+	(SELECT coalesce(json_agg(json_build_object('id', i.id, 'price_id', i.price_id, 'product_id', i.product_id,
+		'name', i.name, 'amount', i.amount, 'currency', i.currency, 'interval', i.interval,
+		'interval_count', i.interval_count, 'quantity', i.quantity) ORDER BY i.created_at, i.id), '[]')
+	 FROM subscription_items i WHERE i.subscription_id = s.id) AS items`
+
+type subscriptionRow struct {
+	ID                 string         `db:"id"`
+	Live               bool           `db:"livemode"`
+	CustomerID         string         `db:"customer_id"`
+	Status             string         `db:"status"`
+	Currency           string         `db:"currency"`
+	Anchor             time.Time      `db:"anchor"`
+	CurrentPeriodStart time.Time      `db:"current_period_start"`
+	CurrentPeriodEnd   time.Time      `db:"current_period_end"`
+	CancelAtPeriodEnd  bool           `db:"cancel_at_period_end"`
+	CanceledAt         sql.NullTime   `db:"canceled_at"`
+	EndedAt            sql.NullTime   `db:"ended_at"`
+	TrialEnd           sql.NullTime   `db:"trial_end"`
+	PendingProration   int64          `db:"pending_proration"`
+	PassFees           bool           `db:"pass_fees_to_customer"`
+	Metadata           []byte         `db:"metadata"`
+	CardID             sql.NullString `db:"card_id"`
+	SessionID          sql.NullString `db:"session_id"`
+	NextRetryAt        sql.NullTime   `db:"next_retry_at"`
+	CreatedAt          time.Time      `db:"created_at"`
+	Items              []byte         `db:"items"`
+}
+
+type subscriptionItemJSON struct {
+	ID            string  `json:"id"`
+	PriceID       string  `json:"price_id"`
+	ProductID     *string `json:"product_id"`
+	Name          string  `json:"name"`
+	Amount        int64   `json:"amount"`
+	Currency      string  `json:"currency"`
+	Interval      string  `json:"interval"`
+	IntervalCount int     `json:"interval_count"`
+	Quantity      int     `json:"quantity"`
+}
+
+func (r subscriptionRow) subscription() (payments.Subscription, error) {
+	sub := payments.Subscription{
+		ID: r.ID, Live: r.Live, CustomerID: r.CustomerID, Status: r.Status, Currency: r.Currency,
+		Anchor: r.Anchor.UTC(), CurrentPeriodStart: r.CurrentPeriodStart.UTC(), CurrentPeriodEnd: r.CurrentPeriodEnd.UTC(),
+		CancelAtPeriodEnd: r.CancelAtPeriodEnd, CanceledAt: timePtr(r.CanceledAt), EndedAt: timePtr(r.EndedAt),
+		TrialEnd: timePtr(r.TrialEnd), PendingProration: r.PendingProration, PassFees: r.PassFees,
+		CardID: strPtr(r.CardID), SessionID: strPtr(r.SessionID), NextRetryAt: timePtr(r.NextRetryAt), Created: r.CreatedAt,
+	}
+	if err := json.Unmarshal(r.Metadata, &sub.Metadata); err != nil {
+		return sub, fmt.Errorf("decode metadata of %s: %w", r.ID, err)
+	}
+	var items []subscriptionItemJSON
+	if err := json.Unmarshal(r.Items, &items); err != nil {
+		return sub, fmt.Errorf("decode items of %s: %w", r.ID, err)
+	}
+	for _, it := range items {
+		iv, err := payments.NewInterval(it.Interval, it.IntervalCount)
+		if err != nil {
+			return sub, fmt.Errorf("interval of item %s: %w", it.ID, err)
+		}
+		price := payments.RecurringPrice{ID: it.PriceID, Amount: it.Amount, Currency: it.Currency, Interval: iv}
+		if it.ProductID != nil {
+			price.ProductID = *it.ProductID
+		}
+		sub.Items = append(sub.Items, payments.SubscriptionItem{ID: it.ID, Name: it.Name, Price: price, Quantity: it.Quantity})
+	}
+	return sub, nil
+}
+
+// CreateSubscription inserts the subscription, its items and eff in one
+// transaction.
+func (s *Store) CreateSubscription(ctx context.Context, sc payments.Scope, sub payments.Subscription, eff payments.Effects) error {
+	return s.inTx(ctx, func(tx *txn) error {
+		if err := insertSubscription(ctx, tx, sc, sub); err != nil {
+			return err
+		}
+		return applyEffects(ctx, tx, sc, eff)
+	})
+}
+
+// insertSubscription inserts a subscription and its items in tx.
+func insertSubscription(ctx context.Context, tx sqlx.ExecerContext, sc payments.Scope, sub payments.Subscription) error {
+	const q = `INSERT INTO subscriptions (merchant_id, livemode, id, customer_id, status, currency, anchor,
+		current_period_start, current_period_end, cancel_at_period_end, canceled_at, ended_at, trial_end,
+		pending_proration, pass_fees_to_customer, metadata, card_id, session_id, next_retry_at, created_at, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $20)`
+	_, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, sub.ID, sub.CustomerID, sub.Status, sub.Currency, sub.Anchor,
+		sub.CurrentPeriodStart, sub.CurrentPeriodEnd, sub.CancelAtPeriodEnd, sub.CanceledAt, sub.EndedAt, sub.TrialEnd,
+		sub.PendingProration, sub.PassFees, jsonb(nonNil(sub.Metadata)), sub.CardID, sub.SessionID, sub.NextRetryAt, sub.Created)
+	if err != nil {
+		return fmt.Errorf("insert subscription: %w", err)
+	}
+	const qi = `INSERT INTO subscription_items (merchant_id, livemode, id, subscription_id, price_id, product_id, name,
+		amount, currency, interval, interval_count, quantity, created_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+	for _, it := range sub.Items {
+		_, err := tx.ExecContext(ctx, qi, sc.MerchantID, sc.Live, it.ID, sub.ID, it.Price.ID, nullIfEmpty(it.Price.ProductID),
+			it.Name, it.Price.Amount, it.Price.Currency, it.Price.Interval.Name, it.Price.Interval.Count, it.Quantity, sub.Created)
+		if err != nil {
+			return fmt.Errorf("insert subscription item: %w", err)
+		}
+	}
+	return nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// Subscription reads one of the scope's subscriptions with its items.
+func (s *Store) Subscription(ctx context.Context, sc payments.Scope, id string) (payments.Subscription, error) {
+	return subscription(ctx, &s.q, sc, id, "")
+}
+
+func subscription(ctx context.Context, q sqlx.QueryerContext, sc payments.Scope, id, lock string) (payments.Subscription, error) {
+	// FOR UPDATE OF s: the items' aggregate is read, not locked; the
+	// subscription's lock guards them (they change only under it).
+	query := `SELECT ` + subscriptionCols + ` FROM subscriptions s
+	WHERE s.merchant_id = $1 AND s.livemode = $2 AND s.id = $3` + lock
+	var r subscriptionRow
+	err := sqlx.GetContext(ctx, q, &r, query, sc.MerchantID, sc.Live, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.Subscription{}, payments.NotFound(payments.SubscriptionNotFound, id)
+	}
+	if err != nil {
+		return payments.Subscription{}, fmt.Errorf("select subscription: %w", err)
+	}
+	return r.subscription()
+}
+
+// Subscriptions returns a page of the scope's subscriptions, newest first,
+// filtered by status and customer. Each combination of filters has its own
+// keyset index (subscriptions_page, _status_page, _customer_page); the
+// filters are written out as parameters that are either the value or NULL,
+// so one statement serves them all. The cursor must itself pass the
+// filters: an id from another list is not a known id of this one.
+func (s *Store) Subscriptions(ctx context.Context, sc payments.Scope, f payments.SubscriptionFilter) (payments.Page[payments.Subscription], error) {
+	const filters = ` AND ($3::text IS NULL OR s.status = $3) AND ($4::text IS NULL OR s.customer_id = $4)`
+	const first = `SELECT ` + subscriptionCols + ` FROM subscriptions s WHERE s.merchant_id = $1 AND s.livemode = $2` + filters +
+		` ORDER BY s.created_at DESC, s.id DESC LIMIT $5`
+	const after = `SELECT ` + subscriptionCols + ` FROM subscriptions s WHERE s.merchant_id = $1 AND s.livemode = $2` + filters +
+		` AND (s.created_at, s.id) < ($6, $7) ORDER BY s.created_at DESC, s.id DESC LIMIT $5`
+	const cur = `SELECT s.created_at, s.id FROM subscriptions s WHERE s.merchant_id = $1 AND s.livemode = $2` + filters +
+		` AND s.id = $5`
+	status, customer := nullIfEmpty(f.Status), nullIfEmpty(f.CustomerID)
+	var rows []subscriptionRow
+	if f.StartingAfter == "" {
+		if err := s.q.SelectContext(ctx, &rows, first, sc.MerchantID, sc.Live, status, customer, f.Limit+1); err != nil {
+			return payments.Page[payments.Subscription]{}, fmt.Errorf("select subscriptions: %w", err)
+		}
+	} else {
+		var c cursor
+		err := s.q.GetContext(ctx, &c, cur, sc.MerchantID, sc.Live, status, customer, f.StartingAfter)
+		if errors.Is(err, sql.ErrNoRows) {
+			return payments.Page[payments.Subscription]{}, payments.Invalid("starting_after", "is not a known id of this list: '%s'", f.StartingAfter)
+		}
+		if err != nil {
+			return payments.Page[payments.Subscription]{}, fmt.Errorf("select cursor: %w", err)
+		}
+		if err := s.q.SelectContext(ctx, &rows, after, sc.MerchantID, sc.Live, status, customer, f.Limit+1, c.CreatedAt, c.ID); err != nil {
+			return payments.Page[payments.Subscription]{}, fmt.Errorf("select subscriptions: %w", err)
+		}
+	}
+	out := make([]payments.Subscription, 0, len(rows))
+	for _, r := range rows {
+		sub, err := r.subscription()
+		if err != nil {
+			return payments.Page[payments.Subscription]{}, err
+		}
+		out = append(out, sub)
+	}
+	return page(out, f.Limit), nil
+}
+
+// UpdateSubscription locks the subscription, runs fn and saves what fn may
+// change (items' quantities included) with fn's effects.
+func (s *Store) UpdateSubscription(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Subscription) (payments.Effects, error)) (payments.Subscription, error) {
+	var sub payments.Subscription
+	err := s.inTx(ctx, func(tx *txn) error {
+		var err error
+		if sub, err = subscription(ctx, tx, sc, id, " FOR UPDATE OF s"); err != nil {
+			return err
+		}
+		eff, err := fn(&sub)
+		if err != nil {
+			return err
+		}
+		if err := saveSubscription(ctx, tx, sc, sub); err != nil {
+			return err
+		}
+		return applyEffects(ctx, tx, sc, eff)
+	})
+	return sub, err
+}
+
+// saveSubscription writes a locked subscription back, with its items'
+// quantities (the only thing of an item that changes).
+func saveSubscription(ctx context.Context, tx *txn, sc payments.Scope, sub payments.Subscription) error {
+	const q = `UPDATE subscriptions SET status = $4, anchor = $5, current_period_start = $6, current_period_end = $7,
+		cancel_at_period_end = $8, canceled_at = $9, ended_at = $10, trial_end = $11, pending_proration = $12,
+		card_id = $13, next_retry_at = $14, metadata = $15, updated_at = now()
+	WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
+	_, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, sub.ID, sub.Status, sub.Anchor, sub.CurrentPeriodStart,
+		sub.CurrentPeriodEnd, sub.CancelAtPeriodEnd, sub.CanceledAt, sub.EndedAt, sub.TrialEnd, sub.PendingProration,
+		sub.CardID, sub.NextRetryAt, jsonb(nonNil(sub.Metadata)))
+	if err != nil {
+		return fmt.Errorf("update subscription: %w", err)
+	}
+	ids, qty := make([]string, 0, len(sub.Items)), make([]int64, 0, len(sub.Items))
+	for _, it := range sub.Items {
+		ids, qty = append(ids, it.ID), append(qty, int64(it.Quantity))
+	}
+	const qi = `UPDATE subscription_items i SET quantity = v.quantity
+	FROM unnest($4::text[], $5::int[]) AS v(id, quantity)
+	WHERE i.merchant_id = $1 AND i.livemode = $2 AND i.subscription_id = $3 AND i.id = v.id AND i.quantity <> v.quantity`
+	if _, err := tx.ExecContext(ctx, qi, sc.MerchantID, sc.Live, sub.ID, pq.Array(ids), pq.Array(qty)); err != nil {
+		return fmt.Errorf("update subscription items: %w", err)
+	}
+	return nil
+}
