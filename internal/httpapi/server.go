@@ -129,6 +129,8 @@ func New(d Deps) http.Handler {
 
 	v1.POST("/webhook-endpoints", s.wrap(s.createEndpoint))
 	v1.GET("/webhook-endpoints", s.wrap(s.listEndpoints))
+	v1.GET("/webhook-endpoints/:id", s.wrap(s.getEndpoint))
+	v1.POST("/webhook-endpoints/:id", s.wrap(s.updateEndpoint))
 	v1.DELETE("/webhook-endpoints/:id", s.wrap(s.deleteEndpoint))
 	v1.GET("/events", s.wrap(s.listEvents))
 	v1.GET("/events/:id", s.wrap(s.getEvent))

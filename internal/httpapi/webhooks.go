@@ -21,3 +21,15 @@ func (s *Server) listEndpoints(c *gin.Context) (any, error) {
 func (s *Server) deleteEndpoint(c *gin.Context) (any, error) {
 	return s.svc.DeleteEndpoint(c.Request.Context(), scope(c), c.Param("id"))
 }
+
+func (s *Server) getEndpoint(c *gin.Context) (any, error) {
+	return s.svc.Endpoint(c.Request.Context(), scope(c), c.Param("id"))
+}
+
+func (s *Server) updateEndpoint(c *gin.Context) (any, error) {
+	var in payments.EndpointUpdate
+	if err := bindJSON(c, &in); err != nil {
+		return nil, err
+	}
+	return s.svc.UpdateEndpoint(c.Request.Context(), scope(c), c.Param("id"), in)
+}

@@ -68,8 +68,17 @@ func AttemptResponse(body []byte) string {
 // again.
 const MaxConsecutiveFailures = 10
 
-// DisablesEndpoint reports whether an endpoint whose failed attempts in a
-// row now number consecutiveFailures is disabled.
-func DisablesEndpoint(consecutiveFailures int) bool {
-	return consecutiveFailures >= MaxConsecutiveFailures
+// DisableReason is the domain's rule for disabling an endpoint after a
+// failed attempt a, its run of failed attempts now numbering
+// consecutiveFailures: DisabledGone at once when the receiver answered 410
+// Gone (it says the URL will never work again), DisabledFailures after
+// MaxConsecutiveFailures in a row, else "" (stays enabled).
+func DisableReason(a DeliveryAttempt, consecutiveFailures int) string {
+	switch {
+	case a.HTTPStatus == 410:
+		return DisabledGone
+	case consecutiveFailures >= MaxConsecutiveFailures:
+		return DisabledFailures
+	}
+	return ""
 }

@@ -107,6 +107,11 @@ type Store interface {
 	// CreateEndpoint inserts an endpoint unless the scope has max already.
 	CreateEndpoint(ctx context.Context, sc Scope, e Endpoint, sealedSecret []byte, max int) error
 	Endpoints(ctx context.Context, sc Scope) ([]Endpoint, error)
+	// Endpoint is one of the scope's endpoints (endpoint_not_found otherwise).
+	Endpoint(ctx context.Context, sc Scope, id string) (Endpoint, error)
+	// UpdateEndpoint locks the endpoint, runs fn and saves it; disabling
+	// it fails its pending deliveries.
+	UpdateEndpoint(ctx context.Context, sc Scope, id string, fn func(*Endpoint) error) (Endpoint, error)
 	// DeleteEndpoint marks it deleted and fails its pending deliveries.
 	DeleteEndpoint(ctx context.Context, sc Scope, id string, now time.Time) error
 

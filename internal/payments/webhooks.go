@@ -23,6 +23,17 @@ const (
 	EndpointDisabled = "disabled"
 )
 
+// Why an endpoint is disabled (its disabled_reason).
+const (
+	// DisabledFailures: MaxConsecutiveFailures failed attempts in a row.
+	DisabledFailures = "consecutive_failures"
+	// DisabledGone: the receiver answered 410 Gone, which says the URL is
+	// gone for good; retrying it would only fail again.
+	DisabledGone = "gone"
+	// DisabledManual: the merchant disabled it (status "disabled").
+	DisabledManual = "manual"
+)
+
 // MaxEndpoints is how many endpoints a merchant may have per mode.
 const MaxEndpoints = 16
 
@@ -39,6 +50,15 @@ type Endpoint struct {
 	Description *string
 	Status      string
 	Created     time.Time
+	// FailureCount is the run of failed attempts since the last success
+	// (consecutive_failures); re-enabling starts it again.
+	FailureCount   int
+	DisabledReason *string // one of the Disabled* reasons; nil while enabled
+	DisabledAt     *time.Time
+	LastDeliveryAt *time.Time // the last successful delivery, to the second
+	// PreviousSecretExpiresAt: during a rotation's grace period, until when
+	// the replaced secret still signs deliveries; nil otherwise.
+	PreviousSecretExpiresAt *time.Time
 }
 
 // EndpointInput is the body of POST /v1/webhook-endpoints.
@@ -48,22 +68,32 @@ type EndpointInput struct {
 	Description *string  `json:"description"`
 }
 
-// EndpointObject is an endpoint as the API returns it; Secret only on create.
+// EndpointObject is an endpoint as the API returns it; Secret only on
+// create and rotate-secret.
 type EndpointObject struct {
-	ID          string   `json:"id"`
-	URL         string   `json:"url"`
-	Events      []string `json:"events"`
-	Status      string   `json:"status"`
-	Description *string  `json:"description"`
-	Livemode    bool     `json:"livemode"`
-	Created     int64    `json:"created"`
-	Secret      string   `json:"secret,omitempty"`
+	ID             string   `json:"id"`
+	URL            string   `json:"url"`
+	Events         []string `json:"events"`
+	Status         string   `json:"status"`
+	Description    *string  `json:"description"`
+	Livemode       bool     `json:"livemode"`
+	Created        int64    `json:"created"`
+	FailureCount   int      `json:"failure_count"`
+	DisabledReason *string  `json:"disabled_reason"`
+	DisabledAt     *int64   `json:"disabled_at"`
+	LastDeliveryAt *int64   `json:"last_delivery_at"`
+	// PreviousSecretExpiresAt is set during a rotation's grace period: until
+	// then deliveries carry a signature with the previous secret as well.
+	PreviousSecretExpiresAt *int64 `json:"previous_secret_expires_at"`
+	Secret                  string `json:"secret,omitempty"`
 }
 
 // Object returns the endpoint's API shape (without its secret).
 func (e Endpoint) Object() EndpointObject {
 	return EndpointObject{ID: e.ID, URL: e.URL, Events: e.Events, Status: e.Status, Description: e.Description,
-		Livemode: e.Live, Created: e.Created.Unix()}
+		Livemode: e.Live, Created: e.Created.Unix(), FailureCount: e.FailureCount, DisabledReason: e.DisabledReason,
+		DisabledAt: unixPtr(e.DisabledAt), LastDeliveryAt: unixPtr(e.LastDeliveryAt),
+		PreviousSecretExpiresAt: unixPtr(e.PreviousSecretExpiresAt)}
 }
 
 // Sealer seals secrets at rest (internal/secrets.Box).
@@ -87,24 +117,41 @@ func (in *EndpointInput) validate() error {
 	if in.URL == nil || *in.URL == "" {
 		return Invalid("url", "is required")
 	}
-	u, err := url.Parse(*in.URL)
+	if err := checkEndpointURL(*in.URL); err != nil {
+		return err
+	}
+	if in.Events == nil {
+		in.Events = []string{"*"}
+	}
+	if err := checkEndpointEvents(in.Events); err != nil {
+		return err
+	}
+	return checkText("description", in.Description, false)
+}
+
+// checkEndpointURL is the syntax of an endpoint URL: absolute, https, bounded.
+func checkEndpointURL(raw string) error {
+	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return Invalid("url", "must be an absolute URL")
 	}
 	if u.Scheme != "https" {
 		return Errorf(WebhookURLMustBeHTTPS, "Webhook endpoint URLs must use https://.")
 	}
-	if utf8.RuneCountInString(*in.URL) > maxEndpointURL {
+	if utf8.RuneCountInString(raw) > maxEndpointURL {
 		return Invalid("url", "must be at most %d characters", maxEndpointURL)
 	}
-	if in.Events == nil {
-		in.Events = []string{"*"}
-	}
-	if len(in.Events) == 0 {
+	return nil
+}
+
+// checkEndpointEvents checks an endpoint's event types: known, each once,
+// or "*" alone.
+func checkEndpointEvents(events []string) error {
+	if len(events) == 0 {
 		return Invalid("events", "must list at least one event type, or \"*\"")
 	}
 	seen := map[string]bool{}
-	for i, ev := range in.Events {
+	for i, ev := range events {
 		if ev != "*" && !knownEvent(ev) {
 			return Invalid(fmt.Sprintf("events[%d]", i), "%q is not an event type", ev)
 		}
@@ -113,10 +160,10 @@ func (in *EndpointInput) validate() error {
 		}
 		seen[ev] = true
 	}
-	if seen["*"] && len(in.Events) > 1 {
+	if seen["*"] && len(events) > 1 {
 		return Invalid("events", "\"*\" already subscribes to every event type")
 	}
-	return checkText("description", in.Description, false)
+	return nil
 }
 
 func knownEvent(t string) bool {
@@ -135,10 +182,8 @@ func (s *Service) CreateEndpoint(ctx context.Context, sc Scope, in EndpointInput
 	if err := in.validate(); err != nil {
 		return EndpointObject{}, err
 	}
-	if s.checkEndpoint != nil {
-		if err := s.checkEndpoint(ctx, *in.URL); err != nil {
-			return EndpointObject{}, Invalid("url", "is not allowed: %v", strings.TrimPrefix(err.Error(), "webhook: "))
-		}
+	if err := s.vetEndpointURL(ctx, *in.URL); err != nil {
+		return EndpointObject{}, err
 	}
 	e := Endpoint{ID: NewID("we_"), Live: sc.Live, URL: *in.URL, Events: in.Events, Description: in.Description,
 		Status: EndpointEnabled, Created: s.clock.Now(ctx, sc)}
@@ -173,4 +218,107 @@ func (s *Service) DeleteEndpoint(ctx context.Context, sc Scope, id string) (Dele
 		return Deleted{}, err
 	}
 	return Deleted{ID: id, Deleted: true}, nil
+}
+
+// vetEndpointURL is the registration check of an endpoint URL (SSRF).
+// Codes: validation_error naming url.
+func (s *Service) vetEndpointURL(ctx context.Context, rawURL string) error {
+	if s.checkEndpoint == nil {
+		return nil
+	}
+	if err := s.checkEndpoint(ctx, rawURL); err != nil {
+		return Invalid("url", "is not allowed: %v", strings.TrimPrefix(err.Error(), "webhook: "))
+	}
+	return nil
+}
+
+// Endpoint returns one of the scope's endpoints (without its secret).
+// Codes: endpoint_not_found.
+func (s *Service) Endpoint(ctx context.Context, sc Scope, id string) (EndpointObject, error) {
+	e, err := s.store.Endpoint(ctx, sc, id)
+	if err != nil {
+		return EndpointObject{}, err
+	}
+	return e.Object(), nil
+}
+
+// EndpointUpdate is the body of POST /v1/webhook-endpoints/{id}: every
+// field optional; an absent field is left as it is.
+type EndpointUpdate struct {
+	URL    *string  `json:"url"`
+	Events []string `json:"events"`
+	// Description "" clears it.
+	Description *string `json:"description"`
+	// Status "enabled" re-enables a disabled endpoint and starts its run of
+	// failures again; "disabled" stops deliveries to it (reason "manual").
+	Status *string `json:"status"`
+}
+
+func (in EndpointUpdate) validate() error {
+	if in.URL != nil {
+		if err := checkEndpointURL(*in.URL); err != nil {
+			return err
+		}
+	}
+	if in.Events != nil {
+		if err := checkEndpointEvents(in.Events); err != nil {
+			return err
+		}
+	}
+	if err := checkText("description", in.Description, false); err != nil {
+		return err
+	}
+	if in.Status != nil && *in.Status != EndpointEnabled && *in.Status != EndpointDisabled {
+		return Invalid("status", "must be %q or %q", EndpointEnabled, EndpointDisabled)
+	}
+	return nil
+}
+
+// UpdateEndpoint changes an endpoint's url, events, description or status.
+// Re-enabling (status "enabled" on a disabled endpoint) resets its failure
+// count and clears disabled_reason; deliveries flow again for events from
+// then on. Events that occurred while it was disabled got no delivery:
+// the merchant finds them with GET /v1/events and sends them again with
+// ResendEvent. Disabling it (status "disabled") fails its pending deliveries
+// with "endpoint disabled", the policy of every disabled endpoint.
+// Codes: endpoint_not_found, validation_error, webhook_url_must_be_https.
+func (s *Service) UpdateEndpoint(ctx context.Context, sc Scope, id string, in EndpointUpdate) (EndpointObject, error) {
+	if err := in.validate(); err != nil {
+		return EndpointObject{}, err
+	}
+	if in.URL != nil {
+		if err := s.vetEndpointURL(ctx, *in.URL); err != nil {
+			return EndpointObject{}, err
+		}
+	}
+	now := s.clock.Base() // disabled_at is real time, like the attempts that disable
+	e, err := s.store.UpdateEndpoint(ctx, sc, id, func(e *Endpoint) error {
+		if in.URL != nil {
+			e.URL = *in.URL
+		}
+		if in.Events != nil {
+			e.Events = in.Events
+		}
+		if in.Description != nil {
+			e.Description = in.Description
+			if *in.Description == "" {
+				e.Description = nil
+			}
+		}
+		if in.Status == nil || *in.Status == e.Status {
+			return nil
+		}
+		e.Status = *in.Status
+		if e.Status == EndpointEnabled {
+			e.FailureCount, e.DisabledReason, e.DisabledAt = 0, nil, nil
+			return nil
+		}
+		reason := DisabledManual
+		e.DisabledReason, e.DisabledAt = &reason, &now
+		return nil
+	})
+	if err != nil {
+		return EndpointObject{}, err
+	}
+	return e.Object(), nil
 }

@@ -23,12 +23,23 @@ type endpointRow struct {
 	ConsecutiveFailures int            `db:"consecutive_failures"`
 	DeletedAt           sql.NullTime   `db:"deleted_at"`
 	CreatedAt           time.Time      `db:"created_at"`
+	DisabledReason      sql.NullString `db:"disabled_reason"`
+	DisabledAt          sql.NullTime   `db:"disabled_at"`
+	LastDeliveryAt      sql.NullTime   `db:"last_delivery_at"`
+	PreviousExpiresAt   sql.NullTime   `db:"previous_secret_expires_at"`
 }
 
-const endpointCols = `merchant_id, livemode, id, url, events, description, status, secret_sealed, consecutive_failures, deleted_at, created_at`
+// endpointCols are the columns of endpointRow. The previous secret's expiry
+// reads as NULL once past (wall time, as deliveries are signed): the grace
+// period is over.
+const endpointCols = `merchant_id, livemode, id, url, events, description, status, secret_sealed, consecutive_failures,
+	deleted_at, created_at, disabled_reason, disabled_at, last_delivery_at,
+	CASE WHEN previous_secret_expires_at > now() THEN previous_secret_expires_at END AS previous_secret_expires_at`
 
 func (r endpointRow) endpoint() (payments.Endpoint, error) {
-	e := payments.Endpoint{ID: r.ID, Live: r.Live, URL: r.URL, Description: strPtr(r.Description), Status: r.Status, Created: r.CreatedAt}
+	e := payments.Endpoint{ID: r.ID, Live: r.Live, URL: r.URL, Description: strPtr(r.Description), Status: r.Status, Created: r.CreatedAt,
+		FailureCount: r.ConsecutiveFailures, DisabledReason: strPtr(r.DisabledReason), DisabledAt: timePtr(r.DisabledAt),
+		LastDeliveryAt: timePtr(r.LastDeliveryAt), PreviousSecretExpiresAt: timePtr(r.PreviousExpiresAt)}
 	if err := json.Unmarshal(r.Events, &e.Events); err != nil {
 		return e, fmt.Errorf("decode events of %s: %w", r.ID, err)
 	}
@@ -78,6 +89,77 @@ func (s *Store) Endpoints(ctx context.Context, sc payments.Scope) ([]payments.En
 	return out, nil
 }
 
+// Endpoint returns one of the scope's endpoints that is not deleted;
+// endpoint_not_found otherwise.
+func (s *Store) Endpoint(ctx context.Context, sc payments.Scope, id string) (payments.Endpoint, error) {
+	q := `SELECT ` + endpointCols + ` FROM webhook_endpoints
+	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND deleted_at IS NULL`
+	var r endpointRow
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.Endpoint{}, endpointNotFound(id)
+	}
+	if err != nil {
+		return payments.Endpoint{}, fmt.Errorf("select endpoint: %w", err)
+	}
+	return r.endpoint()
+}
+
+func endpointNotFound(id string) error {
+	return payments.Errorf(payments.EndpointNotFound, "No such webhook endpoint: '%s'", id)
+}
+
+// UpdateEndpoint locks the endpoint, runs fn on it and saves what fn may
+// change: url, events, description, status with its failure count and
+// disabled reason and time. An endpoint that fn disables has its pending
+// deliveries failed in the same transaction ("endpoint disabled").
+func (s *Store) UpdateEndpoint(ctx context.Context, sc payments.Scope, id string, fn func(*payments.Endpoint) error) (payments.Endpoint, error) {
+	var e payments.Endpoint
+	err := s.inTx(ctx, func(tx *txn) error {
+		q := `SELECT ` + endpointCols + ` FROM webhook_endpoints
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND deleted_at IS NULL FOR UPDATE`
+		var r endpointRow
+		err := tx.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return endpointNotFound(id)
+		}
+		if err != nil {
+			return fmt.Errorf("lock endpoint: %w", err)
+		}
+		if e, err = r.endpoint(); err != nil {
+			return err
+		}
+		was := e.Status
+		if err := fn(&e); err != nil {
+			return err
+		}
+		const upd = `UPDATE webhook_endpoints SET url = $4, events = $5, description = $6, status = $7,
+			consecutive_failures = $8, disabled_reason = $9, disabled_at = $10
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
+		if _, err := tx.ExecContext(ctx, upd, sc.MerchantID, sc.Live, id, e.URL, jsonb(e.Events), e.Description, e.Status,
+			e.FailureCount, e.DisabledReason, e.DisabledAt); err != nil {
+			return fmt.Errorf("update endpoint: %w", err)
+		}
+		if was == payments.EndpointEnabled && e.Status == payments.EndpointDisabled {
+			return failPending(ctx, tx, sc, id, "endpoint disabled")
+		}
+		return nil
+	})
+	return e, err
+}
+
+// failPending fails the endpoint's pending deliveries with reason: the
+// policy of a disabled or deleted endpoint. A task still queued for one
+// finds it no longer pending and does nothing.
+func failPending(ctx context.Context, tx *txn, sc payments.Scope, endpointID, reason string) error {
+	const q = `UPDATE webhook_deliveries SET status = 'failed', last_error = $4
+	WHERE merchant_id = $1 AND livemode = $2 AND endpoint_id = $3 AND status = 'pending'`
+	if _, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, endpointID, reason); err != nil {
+		return fmt.Errorf("fail pending deliveries: %w", err)
+	}
+	return nil
+}
+
 // DeleteEndpoint marks the endpoint deleted and fails its pending deliveries.
 func (s *Store) DeleteEndpoint(ctx context.Context, sc payments.Scope, id string, now time.Time) error {
 	return s.inTx(ctx, func(tx *txn) error {
@@ -88,14 +170,9 @@ func (s *Store) DeleteEndpoint(ctx context.Context, sc payments.Scope, id string
 			return fmt.Errorf("delete endpoint: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return payments.Errorf(payments.EndpointNotFound, "No such webhook endpoint: '%s'", id)
+			return endpointNotFound(id)
 		}
-		const fail = `UPDATE webhook_deliveries SET status = 'failed', last_error = 'endpoint deleted'
-		WHERE merchant_id = $1 AND livemode = $2 AND endpoint_id = $3 AND status = 'pending'`
-		if _, err := tx.ExecContext(ctx, fail, sc.MerchantID, sc.Live, id); err != nil {
-			return fmt.Errorf("cancel deliveries: %w", err)
-		}
-		return nil
+		return failPending(ctx, tx, sc, id, "endpoint deleted")
 	})
 }
 
@@ -137,21 +214,27 @@ func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id strin
 }
 
 // RecordAttempt keeps an attempt (a webhook_attempts row) and stores its
-// outcome on the delivery and on its endpoint's run of failures, in one
-// transaction. A success resets the run; a failure lengthens it and, when
-// disable (the domain's rule, payments.DisablesEndpoint) says so for the
-// new length, disables the endpoint. It returns whether the endpoint is
-// (now) disabled. A delivery cancelled meanwhile (endpoint deleted) keeps
-// its status; its attempt is kept all the same.
-func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a payments.DeliveryAttempt, disable func(consecutiveFailures int) bool) (disabled bool, err error) {
+// outcome on the delivery and on its endpoint, in one transaction. A
+// success resets the endpoint's run of failures and sets its
+// last_delivery_at; a failure lengthens the run and, when disable (the
+// domain's rule, payments.DisableReason) gives a reason, disables the
+// endpoint and fails its pending deliveries, this one included. It returns
+// whether the endpoint is (now) disabled. A delivery cancelled meanwhile
+// (endpoint deleted or disabled) keeps its status; its attempt is kept all
+// the same.
+func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a payments.DeliveryAttempt, disable func(a payments.DeliveryAttempt, consecutiveFailures int) string) (disabled bool, err error) {
 	var httpStatus *int
 	if a.HTTPStatus != 0 {
 		httpStatus = &a.HTTPStatus
 	}
 	if a.OK() {
-		// The common case in one statement and no explicit transaction; the
+		// The common case in one statement and no explicit transaction. The
 		// endpoint row is written (and locked) only when it had failures to
-		// reset, so concurrent deliveries to one endpoint do not queue on it.
+		// reset or when the second of last_delivery_at changes (the API
+		// shows whole seconds), so concurrent deliveries to one endpoint do
+		// not queue on its row: a busy endpoint's row is written about once
+		// a second. greatest() keeps it from going back when an older
+		// attempt commits last.
 		const ok = `WITH d AS (
 			UPDATE webhook_deliveries SET status = 'succeeded', attempts = attempts + 1, last_status = $5,
 				last_error = NULL, delivered_at = $6
@@ -160,30 +243,18 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, created_at)
 			VALUES ($7, $1, $2, $3, $5, $8, $6)
 		)
-		UPDATE webhook_endpoints SET consecutive_failures = 0
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND consecutive_failures <> 0`
+		UPDATE webhook_endpoints SET consecutive_failures = 0, last_delivery_at = greatest(last_delivery_at, $6)
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $4
+			AND (consecutive_failures <> 0 OR last_delivery_at IS NULL
+				OR date_trunc('second', last_delivery_at) < date_trunc('second', $6::timestamptz))`
 		if _, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, httpStatus, a.At, a.ID, a.ResponseBody); err != nil {
 			return false, fmt.Errorf("record delivery: %w", err)
 		}
 		return false, nil
 	}
 	err = s.inTx(ctx, func(tx *txn) error {
-		status := payments.DeliveryPending
-		if a.Final {
-			status = payments.DeliveryFailed
-		}
-		const upd = `WITH a AS (
-			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, error, created_at)
-			VALUES ($8, $1, $2, $3, $5, $9, $6, $10)
-		)
-		UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, last_status = $5,
-			last_error = $6, next_attempt_at = $7
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $3
-			AND status = 'pending' -- a delivery cancelled meanwhile (endpoint deleted) stays so`
-		if _, err := tx.ExecContext(ctx, upd, d.MerchantID, d.Live, d.ID, status, httpStatus, a.Error, a.NextAttempt,
-			a.ID, a.ResponseBody, a.At); err != nil {
-			return fmt.Errorf("record attempt: %w", err)
-		}
+		// The endpoint first: whether this failure disables it decides the
+		// delivery's status.
 		var ep struct {
 			Failures int  `db:"consecutive_failures"`
 			Enabled  bool `db:"enabled"`
@@ -194,14 +265,39 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 			return fmt.Errorf("count endpoint failure: %w", err)
 		}
 		disabled = !ep.Enabled
-		if ep.Enabled && disable(ep.Failures) {
-			const off = `UPDATE webhook_endpoints SET status = 'disabled' WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
-			if _, err := tx.ExecContext(ctx, off, d.MerchantID, d.Live, d.EndpointID); err != nil {
-				return fmt.Errorf("disable endpoint: %w", err)
-			}
-			disabled = true
+		reason := ""
+		if ep.Enabled {
+			reason = disable(a, ep.Failures)
 		}
-		return nil
+		status, lastError := payments.DeliveryPending, a.Error
+		if a.Final || reason != "" {
+			status = payments.DeliveryFailed
+		}
+		if reason != "" {
+			lastError += "; endpoint disabled (" + reason + ")"
+		}
+		const upd = `WITH a AS (
+			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, error, created_at)
+			VALUES ($8, $1, $2, $3, $5, $9, $10, $11)
+		)
+		UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, last_status = $5,
+			last_error = $6, next_attempt_at = $7
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3
+			AND status = 'pending' -- a delivery cancelled meanwhile (endpoint deleted) stays so`
+		if _, err := tx.ExecContext(ctx, upd, d.MerchantID, d.Live, d.ID, status, httpStatus, lastError, a.NextAttempt,
+			a.ID, a.ResponseBody, a.Error, a.At); err != nil {
+			return fmt.Errorf("record attempt: %w", err)
+		}
+		if reason == "" {
+			return nil
+		}
+		const off = `UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = $4, disabled_at = $5
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
+		if _, err := tx.ExecContext(ctx, off, d.MerchantID, d.Live, d.EndpointID, reason, a.At); err != nil {
+			return fmt.Errorf("disable endpoint: %w", err)
+		}
+		disabled = true
+		return failPending(ctx, tx, payments.Scope{MerchantID: d.MerchantID, Live: d.Live}, d.EndpointID, "endpoint disabled ("+reason+")")
 	})
 	return disabled, err
 }

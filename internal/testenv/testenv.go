@@ -35,7 +35,13 @@ func serverURL() string {
 
 func redisBase() string {
 	if u := os.Getenv("TEST_REDIS_URL"); u != "" {
-		return strings.TrimRight(u, "/0123456789")
+		// Drop a trailing database index ("/3"), not the port's digits of
+		// "redis://127.0.0.1:6382/".
+		i := strings.LastIndex(u, "/")
+		if strings.Trim(u[i+1:], "0123456789") == "" && i > len("redis://") {
+			return u[:i+1]
+		}
+		return u + "/"
 	}
 	return "redis://127.0.0.1:6379/"
 }

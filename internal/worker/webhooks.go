@@ -24,8 +24,9 @@ type DeliveryStore interface {
 	// does not exist.
 	DeliveryForSend(ctx context.Context, sc payments.Scope, id string) (payments.Delivery, error)
 	// RecordAttempt keeps the attempt and returns whether the endpoint is
-	// (now) disabled, as disable decides from its run of failures.
-	RecordAttempt(ctx context.Context, d payments.Delivery, a payments.DeliveryAttempt, disable func(consecutiveFailures int) bool) (disabled bool, err error)
+	// (now) disabled, as disable decides from the attempt and the run of
+	// failures; disabling fails its pending deliveries, this one included.
+	RecordAttempt(ctx context.Context, d payments.Delivery, a payments.DeliveryAttempt, disable func(a payments.DeliveryAttempt, consecutiveFailures int) string) (disabled bool, err error)
 	FailDelivery(ctx context.Context, d payments.Delivery, reason string) error
 }
 
@@ -94,7 +95,7 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 	if sendErr != nil {
 		att.Error = sendErr.Error()
 	}
-	disabled, err := d.Store.RecordAttempt(ctx, del, att, payments.DisablesEndpoint)
+	disabled, err := d.Store.RecordAttempt(ctx, del, att, payments.DisableReason)
 	if err != nil {
 		return err
 	}
@@ -105,11 +106,8 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 		return nil
 	}
 	log.InfoContext(ctx, "webhook delivery failed", "status", status, "error", att.Error)
-	if disabled {
-		if err := d.Store.FailDelivery(ctx, del, "endpoint disabled after consecutive failures"); err != nil {
-			return err
-		}
-		log.WarnContext(ctx, "webhook endpoint disabled after consecutive failures", "failures", payments.MaxConsecutiveFailures)
+	if disabled { // RecordAttempt failed this delivery with the rest
+		log.WarnContext(ctx, "webhook endpoint disabled", "status", status)
 		return fmt.Errorf("%s; endpoint disabled: %w", att.Error, asynq.SkipRetry)
 	}
 	return errors.New(att.Error)
