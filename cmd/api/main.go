@@ -1,6 +1,6 @@
 // Command api serves the public REST API and the admin listener, and is the
-// admin CLI: migrate, merchant create/unsuspend, key create/revoke, sandbox payout
-// and advance-clock.
+// admin CLI: migrate, merchant create/unsuspend, key create/revoke, dashboard
+// user create, sandbox payout and advance-clock.
 package main
 
 import (
@@ -20,6 +20,7 @@ import (
 
 	"paysvc/internal/admin"
 	"paysvc/internal/app"
+	"paysvc/internal/dashboard"
 	"paysvc/internal/hosted"
 	"paysvc/internal/httpapi"
 	"paysvc/internal/payments"
@@ -34,6 +35,7 @@ const usage = `usage:
   api merchant unsuspend --merchant ID
   api key create --merchant ID --mode test|live [--expires-in DURATION]
   api key revoke --id KEY_ID
+  api user create --merchant ID --email EMAIL [--role admin|viewer] --password-stdin
   api sandbox payout --merchant ID --mode test|live [--currency CUR]
   api sandbox advance-clock --merchant ID --mode test|live --by DURATION (e.g. 90m, 36h, 30d)`
 
@@ -41,6 +43,9 @@ const usage = `usage:
 // it in the API process they run, to kill it at a point of an idempotent
 // request (httpapi.Deps.Crash).
 var crashHook func(point string)
+
+// stdin is where --password-stdin reads; tests set their own.
+var stdin io.Reader = os.Stdin
 
 // exitLimit is the exit status when a key-creation limit refuses a key.
 const exitLimit = 3
@@ -61,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx)
 	case args[0] == "migrate":
 		err = migrate(ctx, stdout)
-	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "key create", cmd == "key revoke", cmd == "sandbox payout", cmd == "sandbox advance-clock":
+	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "key create", cmd == "key revoke", cmd == "user create", cmd == "sandbox payout", cmd == "sandbox advance-clock":
 		err = admin_(ctx, cmd, args[2:], stdout)
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
 		fmt.Fprintln(stdout, usage)
@@ -115,9 +120,15 @@ func serve(ctx context.Context) error {
 		Secrets: d.Secrets,
 		Crash:   crashHook,
 	})
+	// The merchant dashboard shares the listener: /dashboard/… is its own,
+	// every other path the API's.
+	dash := dashboard.New(dashboard.Options{
+		Service: d.Service, Redis: env.Redis, Log: env.Log, SessionTTL: env.Config.DashboardSessionTTL,
+		Secure: strings.HasPrefix(env.Config.PublicBaseURL, "https://"),
+	})
 	srv := &http.Server{
 		Addr:              env.Config.APIAddr,
-		Handler:           api,
+		Handler:           dash.Wrap(api),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -163,6 +174,8 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 	expiresIn := fs.Duration("expires-in", 0, "key lifetime, e.g. 720h; 0 = no expiry")
 	id := fs.String("id", "", "key id (key_…)")
 	currency := fs.String("currency", "", "payout currency; default: the balance's only one")
+	role := fs.String("role", "admin", "dashboard role: admin or viewer")
+	passwordStdin := fs.Bool("password-stdin", false, "read the user's password from the first line of stdin")
 	by := fs.String("by", "", "how far to move the sandbox clock: a Go duration (90m, 36h) or whole days (30d)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -176,6 +189,17 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 	}
 	if err := checkID("--id", *id, "key_"); err != nil {
 		return err
+	}
+	// The password never comes as a flag: flags show in ps and shell history.
+	var password string
+	if cmd == "user create" {
+		if !*passwordStdin {
+			return errors.New("--password-stdin is required: pipe the password in (flags would leave it in ps and shell history)")
+		}
+		var err error
+		if password, err = readPassword(stdin); err != nil {
+			return err
+		}
 	}
 	env, err := app.Setup(ctx, "cli", 2)
 	if err != nil {
@@ -235,6 +259,15 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 			"id": k.ID, "merchant_id": k.MerchantID, "mode": mode, "hint": k.Hint,
 			"expires_at": unixOrNil(k.ExpiresAt), "revoked_at": unixOrNil(k.RevokedAt), "created": k.Created.Unix(),
 		})
+	case "user create":
+		if *merchant == "" {
+			return errors.New("--merchant is required")
+		}
+		u, err := svc.CreateUser(ctx, *merchant, *email, payments.Role(*role), password)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(u)
 	case "sandbox payout":
 		if *merchant == "" {
 			return errors.New("--merchant is required")
@@ -269,6 +302,21 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 		return enc.Encode(a)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
+}
+
+// readPassword reads the first line of r (at most 1 KiB), without its line
+// ending: `echo "$PW" | api user create … --password-stdin`.
+func readPassword(r io.Reader) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r, 1024))
+	if err != nil {
+		return "", fmt.Errorf("read the password from stdin: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	line = strings.TrimSuffix(line, "\r")
+	if line == "" {
+		return "", errors.New("--password-stdin: stdin held no password")
+	}
+	return line, nil
 }
 
 // parseDays reads --by: a Go duration, or a whole number of days ("30d"),

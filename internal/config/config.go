@@ -34,6 +34,8 @@ type Config struct {
 	SecretsKeyIsDev     bool
 	RateLimitPerHour    int
 	CheckoutSessionTTL  time.Duration
+	// DashboardSessionTTL is how long a dashboard sign-in lasts.
+	DashboardSessionTTL time.Duration
 	WebhookRetryBase    time.Duration
 	// EventRetention is how long events (and their finished deliveries)
 	// are kept before the scheduler's sweep deletes them.
@@ -187,6 +189,7 @@ func Load(getenv func(string) string) (Config, error) {
 
 	c.RateLimitPerHour = positiveInt(get("RATE_LIMIT_PER_HOUR", "1000"), "RATE_LIMIT_PER_HOUR", bad)
 	c.CheckoutSessionTTL = positiveDuration(get("CHECKOUT_SESSION_TTL", "24h"), "CHECKOUT_SESSION_TTL", bad)
+	c.DashboardSessionTTL = positiveDuration(get("DASHBOARD_SESSION_TTL", "12h"), "DASHBOARD_SESSION_TTL", bad)
 	c.WebhookRetryBase = positiveDuration(get("WEBHOOK_RETRY_BASE", "30s"), "WEBHOOK_RETRY_BASE", bad)
 	if d, err := time.ParseDuration(get("EVENT_RETENTION", "720h")); err != nil || d < time.Hour {
 		bad("EVENT_RETENTION", "must be a duration of at least 1h such as 720h (30 days)")

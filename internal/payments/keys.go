@@ -37,6 +37,9 @@ type APIKey struct {
 	ExpiresAt  *time.Time
 	RevokedAt  *time.Time
 	Created    time.Time
+	// LastUsedAt is when a request last authenticated with the key, to
+	// the minute (see touchInterval).
+	LastUsedAt *time.Time
 }
 
 // KeyAuth is what authentication reads for a key hash.
@@ -148,6 +151,7 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Scope, APIKey, 
 		s.auth.put(hash, a, s.clock.Base())
 		// The request's clock reads need no query of their own.
 		s.clock.remember(Scope{MerchantID: a.Key.MerchantID, Live: a.Key.Live}, a.ClockOffset)
+		s.touchKey(ctx, a.Key)
 	}
 	switch {
 	case a.Key.RevokedAt != nil:
@@ -158,6 +162,26 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Scope, APIKey, 
 		return Scope{}, APIKey{}, Errorf(KeyExpired, "This API key has expired.")
 	}
 	return Scope{MerchantID: a.Key.MerchantID, Live: a.Key.Live}, a.Key, nil
+}
+
+// touchInterval is how stale a key's last use may be shown: a key is
+// written at most once per interval (and only on an auth-cache miss), so
+// authentication stays a read on the hot path.
+const touchInterval = time.Minute
+
+// touchKey records the key's use in the background when its stored last
+// use is older than touchInterval. It is informational: a failure is
+// dropped, and the request never waits for it.
+func (s *Service) touchKey(ctx context.Context, k APIKey) {
+	now := s.clock.Base()
+	if k.LastUsedAt != nil && now.Sub(*k.LastUsedAt) < touchInterval {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = s.store.TouchKey(ctx, k.ID, now)
+	}()
 }
 
 // errUnauthorized is the one answer for a missing, malformed or unknown key,

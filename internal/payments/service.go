@@ -127,6 +127,7 @@ type Store interface {
 
 	SubscriptionStore
 	SubscriptionRecords
+	DashboardStore
 }
 
 // Service holds the use cases.

@@ -129,12 +129,14 @@ type keyRow struct {
 	CreatedAt   time.Time    `db:"created_at"`
 	SuspendedAt sql.NullTime `db:"suspended_at"`
 	OffsetUS    int64        `db:"offset_us"` // KeyByHash only: the scope's sandbox clock
+	LastUsedAt  sql.NullTime `db:"last_used_at"`
 }
 
 func (r keyRow) key() payments.APIKey {
 	return payments.APIKey{
 		ID: r.ID, MerchantID: r.MerchantID, Live: r.Live, Hint: r.Hint,
 		ExpiresAt: timePtr(r.ExpiresAt), RevokedAt: timePtr(r.RevokedAt), Created: r.CreatedAt,
+		LastUsedAt: timePtr(r.LastUsedAt),
 	}
 }
 
@@ -157,7 +159,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, now time.Time) (paymen
 // clock offset (in the same round trip: authentication is on every
 // request); unknown → unauthorized.
 func (s *Store) KeyByHash(ctx context.Context, hash []byte) (payments.KeyAuth, error) {
-	const q = `SELECT k.id, k.merchant_id, k.livemode, k.hint, k.expires_at, k.revoked_at, k.created_at, m.suspended_at,
+	const q = `SELECT k.id, k.merchant_id, k.livemode, k.hint, k.expires_at, k.revoked_at, k.created_at, k.last_used_at, m.suspended_at,
 		coalesce(c.offset_us, 0) AS offset_us
 	FROM api_keys k JOIN merchants m ON m.id = k.merchant_id
 	LEFT JOIN sandbox_clocks c ON c.merchant_id = k.merchant_id AND c.livemode = k.livemode

@@ -42,3 +42,32 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	}
 	return Result{Allowed: res.Allowed > 0, Limit: l.limit.Burst, Remaining: res.Remaining, RetryAfter: res.RetryAfter}, nil
 }
+
+// Window allows n events per key per period (sign-in attempts): GCRA
+// with a burst of n, so a key that spent its n refills one per period/n.
+type Window struct {
+	l      *redis_rate.Limiter
+	limit  redis_rate.Limit
+	prefix string
+}
+
+// NewWindow returns a limiter of n events per period under prefix.
+func NewWindow(rdb redis.UniversalClient, prefix string, n int, period time.Duration) *Window {
+	return &Window{l: redis_rate.NewLimiter(rdb), limit: redis_rate.Limit{Rate: n, Burst: n, Period: period}, prefix: prefix}
+}
+
+// Allow spends one event of key's budget; when refused, RetryAfter says
+// when one fits again.
+func (w *Window) Allow(ctx context.Context, key string) (Result, error) {
+	res, err := w.l.Allow(ctx, "ratelimit:"+w.prefix+":"+key, w.limit)
+	if err != nil {
+		return Result{}, fmt.Errorf("rate limit: %w", err)
+	}
+	return Result{Allowed: res.Allowed > 0, Limit: w.limit.Burst, Remaining: res.Remaining, RetryAfter: res.RetryAfter}, nil
+}
+
+// Reset forgets key's spent events (a successful sign-in clears its
+// account's failures).
+func (w *Window) Reset(ctx context.Context, key string) error {
+	return w.l.Reset(ctx, "ratelimit:"+w.prefix+":"+key)
+}
