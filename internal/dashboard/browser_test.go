@@ -1,0 +1,263 @@
+package dashboard_test
+
+// Browser tests of the dashboard: a real headless Chromium (Debian's
+// chromium, driven by chromedp, as internal/hosted's tests) against the API
+// and the dashboard on one server, on a real PostgreSQL and Redis.
+// Screenshots of the main pages go to .artifacts/dashboard/ at the
+// repository's root (or SCREENSHOT_DIR), never committed.
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"paysvc/internal/dashboard"
+	"paysvc/internal/payments"
+	"paysvc/internal/processor/sandbox"
+)
+
+const (
+	chromiumPath    = "/usr/bin/chromium"
+	stepTimeout     = 30 * time.Second
+	browserLifetime = 3 * time.Minute
+)
+
+// newBrowser starts a headless Chromium with a fresh profile; without
+// /usr/bin/chromium the test is skipped, except under CI=true.
+func newBrowser(t *testing.T, width, height int) context.Context {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and %s is missing: %v", chromiumPath, err)
+		}
+		t.Skipf("%s not found: browser tests need Debian's chromium", chromiumPath)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(width, height),
+	)
+	life, cancelLife := context.WithTimeout(context.Background(), browserLifetime)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(life, opts...)
+	ctx, cancelCtx := chromedp.NewContext(alloc)
+	t.Cleanup(cancelLife)
+	t.Cleanup(cancelAlloc)
+	t.Cleanup(cancelCtx)
+	done := make(chan error, 1)
+	go func() { done <- chromedp.Do(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("start chromium: %v", err)
+		}
+	case <-time.After(stepTimeout):
+		t.Fatalf("start chromium: no answer within %s", stepTimeout)
+	}
+	return ctx
+}
+
+func step(t *testing.T, browser context.Context) context.Context {
+	ctx, cancel := context.WithTimeout(browser, stepTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func do(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		t.Fatalf("%s: %v (page at %s)", what, err, loc)
+	}
+}
+
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+func text(t *testing.T, ctx context.Context, css string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css), chromedp.NodeVisible))
+	if err != nil {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		t.Fatalf("text of %s: %v (page at %s)", css, err, loc)
+	}
+	return strings.TrimSpace(s)
+}
+
+// screenshot saves a full-page PNG for reviewers under .artifacts/dashboard.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	dir := os.Getenv("SCREENSHOT_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "..", ".artifacts", "dashboard")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// signIn fills the sign-in form through its labelled fields.
+func signIn(t *testing.T, ctx context.Context, s *stack, email string) {
+	t.Helper()
+	do(t, ctx, "sign in",
+		chromedp.Navigate(s.url+"/dashboard/test"),
+		chromedp.WaitVisible(chromedp.ID("email")),
+		chromedp.SendKeys(chromedp.ID("email"), email),
+		chromedp.SendKeys(chromedp.ID("password"), password),
+		chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("test-banner")),
+	)
+}
+
+// The issue's path: sign in, create a test key, use it against the API,
+// revoke it and see 401 key_revoked; refund a payment from its page.
+func TestBrowserKeysAndRefund(t *testing.T) {
+	s := newStack(t, dashboard.Options{})
+	m, email := s.merchant(payments.RoleAdmin)
+	// A balance the refund can come out of, and the payment to refund.
+	s.pay(m, 20000, sandbox.CardSuccess)
+	pi := s.pay(m, 5000, sandbox.CardSuccess)
+	if _, err := s.svc.CreateCustomer(context.Background(), payments.Scope{MerchantID: m}, payments.CustomerInput{Email: ptr("ada@example.com"), Name: ptr("Ada Lovelace")}); err != nil {
+		t.Fatal(err)
+	}
+	browser := newBrowser(t, 1200, 900)
+	ctx := step(t, browser)
+
+	signIn(t, ctx, s, email)
+	if got := text(t, ctx, "#mode"); got != "Test" {
+		t.Errorf("got mode %q, want Test", got)
+	}
+	if got := text(t, ctx, "[data-available]"); got != "$236.95" {
+		t.Errorf("got available balance %q, want $236.95 (250.00 less 4.9%% + 0.40 a payment)", got)
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll("svg.bars rect").length`); n != 30 {
+		t.Errorf("got %d bars in the volume chart, want 30", n)
+	}
+	screenshot(t, ctx, "home.png")
+
+	// Create a test key; its secret is shown once, with a copy button.
+	do(t, ctx, "create a key",
+		chromedp.Click(chromedp.CSS(`nav.side a[href$="/apikeys"]`)),
+		chromedp.WaitVisible(chromedp.ID("create-key")),
+		chromedp.Click(chromedp.ID("create")),
+		chromedp.WaitVisible(chromedp.ID("secret")),
+	)
+	secret := eval[string](t, ctx, `document.getElementById("secret").value`)
+	if !strings.HasPrefix(secret, "svc_test_") {
+		t.Fatalf("got secret %q, want svc_test_…", secret)
+	}
+	if eval[int](t, ctx, `document.querySelectorAll("[data-copy]").length`) != 1 {
+		t.Error("want a copy button beside the secret")
+	}
+	screenshot(t, ctx, "apikeys-created.png")
+	if st, code := s.apiStatus("/v1/customers", secret); st != http.StatusOK {
+		t.Fatalf("the new key against the API: got %d %s, want 200", st, code)
+	}
+
+	// Reload: the secret is gone for good; the key is listed, used.
+	do(t, ctx, "reload the keys page", chromedp.Navigate(s.url+"/dashboard/test/apikeys"), chromedp.WaitVisible(chromedp.ID("keys")))
+	if eval[bool](t, ctx, `document.body.innerHTML.includes(`+jsString(secret)+`)`) {
+		t.Error("the secret is shown again after a reload")
+	}
+	if got := text(t, ctx, "[data-key] [data-status]"); got != "active" {
+		t.Errorf("got key status %q, want active", got)
+	}
+	do(t, ctx, "revoke the key",
+		chromedp.Click(chromedp.CSS(`[data-key] button.danger`)),
+		chromedp.WaitVisible(chromedp.ID("notice")),
+	)
+	if got := text(t, ctx, "[data-key] [data-status]"); got != "revoked" {
+		t.Errorf("got key status %q after revoking, want revoked", got)
+	}
+	if st, code := s.apiStatus("/v1/customers", secret); st != http.StatusUnauthorized || code != "key_revoked" {
+		t.Errorf("the revoked key: got %d %s, want 401 key_revoked", st, code)
+	}
+	screenshot(t, ctx, "apikeys.png")
+
+	// Refund $12.50 of the payment from its page.
+	do(t, ctx, "open the payment",
+		chromedp.Click(chromedp.CSS(`nav.side a[href$="/payments"]`)),
+		chromedp.WaitVisible(chromedp.ID("payments")),
+	)
+	screenshot(t, ctx, "payments.png")
+	do(t, ctx, "refund part of it",
+		chromedp.Click(chromedp.CSS(`#payments a[href$="`+pi+`"]`)),
+		chromedp.WaitVisible(chromedp.ID("refund-form")),
+		chromedp.SendKeys(chromedp.ID("amount"), "12.50"),
+		chromedp.Click(chromedp.ID("refund")),
+		chromedp.WaitVisible(chromedp.ID("notice")),
+	)
+	if got := text(t, ctx, "#refunded"); !strings.Contains(got, "$12.50 pending") {
+		t.Errorf("got refunded %q, want $12.50 pending", got)
+	}
+	p, err := s.svc.Payment(context.Background(), payments.Scope{MerchantID: m}, pi)
+	if err != nil || p.AmountRefundPending+p.AmountRefunded != 1250 {
+		t.Errorf("got payment %+v (%v), want 1250 refunded or pending", p, err)
+	}
+	screenshot(t, ctx, "payment.png")
+
+	// A refund larger than what remains: the API's code, as a message.
+	do(t, ctx, "refund too much",
+		chromedp.SendKeys(chromedp.ID("amount"), "100"),
+		chromedp.Click(chromedp.ID("refund")),
+		chromedp.WaitVisible(chromedp.ID("error")),
+	)
+	if got := text(t, ctx, "#error"); !strings.Contains(got, "refund_amount_too_large") {
+		t.Errorf("got error %q, want refund_amount_too_large", got)
+	}
+
+	for _, page := range []string{"refunds", "customers", "events"} {
+		do(t, ctx, "open "+page, chromedp.Navigate(s.url+"/dashboard/test/"+page), chromedp.WaitVisible(chromedp.CSS("main h1")))
+		screenshot(t, ctx, page+".png")
+	}
+	// The live switch, always there, leaves test mode.
+	do(t, ctx, "switch to live", chromedp.Click(chromedp.ID("mode-switch")), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	if got := text(t, ctx, "#mode"); got != "Live" {
+		t.Errorf("got mode %q after switching, want Live", got)
+	}
+	if eval[bool](t, ctx, `!!document.getElementById("test-banner")`) {
+		t.Error("live mode shows the test banner")
+	}
+}
+
+// At a phone's width the pages need no sideways scrolling of the page
+// itself (tables scroll on their own), and the sign-in form is usable.
+func TestBrowserPhoneWidth(t *testing.T) {
+	s := newStack(t, dashboard.Options{})
+	m, email := s.merchant(payments.RoleAdmin)
+	s.pay(m, 5000, sandbox.CardSuccess)
+	browser := newBrowser(t, 375, 800)
+	ctx := step(t, browser)
+	signIn(t, ctx, s, email)
+	for _, page := range []string{"", "/payments", "/apikeys"} {
+		do(t, ctx, "open "+page, chromedp.Navigate(s.url+"/dashboard/test"+page), chromedp.WaitVisible(chromedp.CSS("main h1")))
+		if over := eval[bool](t, ctx, `document.documentElement.scrollWidth > window.innerWidth + 1`); over {
+			t.Errorf("%s: the page is wider than the phone", page)
+		}
+	}
+	screenshot(t, ctx, "phone-apikeys.png")
+}
+
+func jsString(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}
