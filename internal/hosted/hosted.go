@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
@@ -46,6 +47,10 @@ type Processor interface {
 	// payment_not_found for a caller that may not confirm the payment, and
 	// payments.ErrAlreadyPaid for a payment that succeeded before.
 	ConfirmPayment(ctx context.Context, id, publishableKey, clientSecret, card string) (processor.Outcome, error)
+	// SubscribeCheckout saves the card of a subscription session and, when
+	// chargeNow (no trial), charges the first period with it; the outcome
+	// is recorded before it returns, the subscription created on success.
+	SubscribeCheckout(ctx context.Context, sessionID string, p payments.CheckoutPayment, card string, chargeNow bool) (processor.Outcome, error)
 }
 
 // Pages serves the hosted pages.
@@ -170,8 +175,17 @@ type optionView struct {
 	Label, Amount, Total string
 }
 
+// planView is what a subscription session's page says of the plan: its
+// terms ("14 days free, then USD 15.00 every month") and what is charged
+// today and when the first charge comes.
+type planView struct {
+	Name, Terms, FirstCharge string
+	Trial                    bool
+}
+
 type checkoutView struct {
 	Title, Merchant, ID string
+	Plan                *planView
 	Items               []itemView
 	Fees, Total         string
 	Shipping, Billing   bool
@@ -183,7 +197,7 @@ type checkoutView struct {
 	Error               string
 }
 
-func (p *Pages) view(cs payments.CheckoutSession, f checkoutForm, errs map[string]string, msg string) checkoutView {
+func (p *Pages) view(cs payments.CheckoutSession, now time.Time, f checkoutForm, errs map[string]string, msg string) checkoutView {
 	v := checkoutView{
 		Title: "Checkout", Merchant: cs.MerchantName, ID: cs.ID, Total: formatMoney(cs.AmountTotal, cs.Currency),
 		Shipping: cs.CollectShipping, Billing: cs.BillingAddressCollection != nil && *cs.BillingAddressCollection == "required",
@@ -202,6 +216,40 @@ func (p *Pages) view(cs payments.CheckoutSession, f checkoutForm, errs map[strin
 	}
 	if f.Email == "" && cs.CustomerEmail != nil {
 		v.Form.Email = *cs.CustomerEmail
+	}
+	if cs.Mode == payments.ModeSubscription {
+		v.Title, v.Plan = "Subscribe", p.plan(cs, now)
+	}
+	return v
+}
+
+// plan describes a subscription session's one recurring line. Each period
+// costs the line's amount, grossed up like the first when fees are passed
+// on; a trial's first charge comes when it ends.
+func (p *Pages) plan(cs payments.CheckoutSession, now time.Time) *planView {
+	if len(cs.LineItems) != 1 || cs.LineItems[0].Recurring == nil {
+		return nil
+	}
+	li := cs.LineItems[0]
+	iv, err := payments.NewInterval(li.Recurring.Interval, li.Recurring.IntervalCount)
+	if err != nil {
+		return nil
+	}
+	period := li.Amount
+	if cs.PassFees {
+		period = payments.GrossUp(cs.MerchantPlan, cs.Currency, period)
+	}
+	every := formatMoney(period, cs.Currency) + " every " + iv.Phrase()
+	v := &planView{Name: li.Name, Terms: strings.ToUpper(every[:1]) + every[1:], FirstCharge: "Charged today: " + formatMoney(period, cs.Currency)}
+	if d := cs.TrialPeriodDays; d != nil && *d > 0 {
+		days := "days"
+		if *d == 1 {
+			days = "day"
+		}
+		first := now.Add(time.Duration(*d) * 24 * time.Hour)
+		v.Trial = true
+		v.Terms = fmt.Sprintf("%d %s free, then %s", *d, days, every)
+		v.FirstCharge = "Nothing is charged today. First charge of " + formatMoney(period, cs.Currency) + " on " + first.UTC().Format("January 2, 2006") + "."
 	}
 	return v
 }
@@ -243,7 +291,7 @@ func (p *Pages) checkoutPage(c *gin.Context) {
 	if !ok {
 		return
 	}
-	render(c, http.StatusOK, "checkout.html", p.view(cs, checkoutForm{}, nil, ""))
+	render(c, http.StatusOK, "checkout.html", p.view(cs, p.svc.Now(c.Request.Context(), cs.Scope()), checkoutForm{}, nil, ""))
 }
 
 var digits = regexp.MustCompile(`^[0-9]+$`)
@@ -284,7 +332,7 @@ func (p *Pages) parseCheckout(c *gin.Context, cs payments.CheckoutSession) (chec
 	if cvc := c.PostForm("cvc"); !digits.MatchString(cvc) || len(cvc) < 3 || len(cvc) > 4 {
 		errs["cvc"] = "Enter the 3 or 4 digit security code."
 	}
-	pay := payments.CheckoutPayment{Email: f.Email, Name: f.Name}
+	pay := payments.CheckoutPayment{Email: f.Email, Name: f.Name, ExpMonth: m, ExpYear: y}
 	if cs.CollectShipping {
 		addr := payments.Address{Name: f.Name, Line1: f.ShipLine1, Line2: f.ShipLine2, City: f.ShipCity, PostalCode: f.ShipPostal, Country: f.ShipCountry}
 		checkLengths(errs, map[string]string{"ship_line1": addr.Line1, "ship_line2": addr.Line2, "ship_city": addr.City, "ship_postal_code": addr.PostalCode})
@@ -349,11 +397,20 @@ func (p *Pages) checkoutPay(c *gin.Context) {
 		return
 	}
 	f, card, pay, errs := p.parseCheckout(c, cs)
+	now := p.svc.Now(c.Request.Context(), cs.Scope())
 	if len(errs) > 0 {
-		render(c, http.StatusBadRequest, "checkout.html", p.view(cs, f, errs, "Please correct the highlighted fields."))
+		render(c, http.StatusBadRequest, "checkout.html", p.view(cs, now, f, errs, "Please correct the highlighted fields."))
 		return
 	}
-	outcome, err := p.sandbox.PayCheckout(c.Request.Context(), cs.ID, pay, card)
+	var outcome processor.Outcome
+	var err error
+	if cs.Mode == payments.ModeSubscription {
+		// A trial charges nothing now: the card is only saved.
+		chargeNow := cs.TrialPeriodDays == nil || *cs.TrialPeriodDays == 0
+		outcome, err = p.sandbox.SubscribeCheckout(c.Request.Context(), cs.ID, pay, card, chargeNow)
+	} else {
+		outcome, err = p.sandbox.PayCheckout(c.Request.Context(), cs.ID, pay, card)
+	}
 	var closed payments.ErrSessionClosed
 	switch {
 	case errors.As(err, &closed):
@@ -362,7 +419,7 @@ func (p *Pages) checkoutPay(c *gin.Context) {
 		p.log.ErrorContext(c.Request.Context(), "record checkout payment", "session", cs.ID, "error", err)
 		p.message(c, http.StatusInternalServerError, message{Title: "Something went wrong", Message: "Your card was not charged. Please try again."})
 	case !outcome.Succeeded:
-		render(c, http.StatusPaymentRequired, "checkout.html", p.view(cs, f, nil, declineMessages[outcome.DeclineCode]+" Try another card."))
+		render(c, http.StatusPaymentRequired, "checkout.html", p.view(cs, now, f, nil, declineMessages[outcome.DeclineCode]+" Try another card."))
 	default:
 		c.Redirect(http.StatusSeeOther, successURL(cs))
 	}

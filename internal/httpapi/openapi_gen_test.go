@@ -419,7 +419,9 @@ func (o genOp) build(g schemaGen, salt int, idFor func(path string) string) genR
 // state, so that a request valid by its schemas may still break them; each
 // is said in the operation's description.
 var documentedRefusals = []string{
-	"with fees passed on exceeds", // createPaymentIntent: the grossed-up amount above 99999999
+	"with fees passed on exceeds",            // createPaymentIntent: the grossed-up amount above 99999999
+	"mixes the saved-price and inline forms", // createSubscriptionSession: a field of the other form
+	"next_page token",                        // listSubscriptions: page is a token of an earlier answer, sent alone
 }
 
 // validationCodes are the codes that say a request broke a rule.

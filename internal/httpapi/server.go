@@ -108,6 +108,11 @@ func New(d Deps) http.Handler {
 	v1.DELETE("/products/:id", s.wrap(s.deleteProduct))
 	v1.POST("/subscription-products", s.wrap(s.createSubscriptionProduct))
 	v1.GET("/subscription-products", s.wrap(s.listSubscriptionProducts))
+	v1.POST("/subscription-sessions", s.wrap(s.createSubscriptionSession))
+	v1.GET("/subscriptions", s.wrap(s.listSubscriptions))
+	v1.GET("/subscriptions/:id", s.wrap(s.getSubscription))
+	v1.POST("/subscriptions/:id/cancel", s.wrap(s.cancelSubscription))
+	v1.POST("/subscriptions/:id/resume", s.wrap(s.resumeSubscription))
 
 	v1.POST("/customers", s.wrap(s.createCustomer))
 	v1.GET("/customers", s.wrap(s.listCustomers))

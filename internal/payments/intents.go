@@ -35,6 +35,7 @@ type PaymentIntent struct {
 	Description         *string
 	Metadata            map[string]string
 	SessionID           *string
+	SubscriptionID      *string // a charge of a subscription
 	ClientSecretHash    []byte
 	Source              *string
 	Device              *string

@@ -193,3 +193,22 @@ func PeriodAt(anchor time.Time, iv Interval, t time.Time) Period {
 	}
 	return Period{N: n, Start: PeriodEnd(a, iv, n-1), End: PeriodEnd(a, iv, n)}
 }
+
+// Phrase is one period of iv in words, for pages: "month", "2 weeks",
+// "3 months", "year" (every bi-monthly period is "2 months").
+func (iv Interval) Phrase() string {
+	sp := iv.span()
+	n, unit := sp.days, "day"
+	switch {
+	case sp.months > 0 && sp.months%12 == 0:
+		n, unit = sp.months/12, "year"
+	case sp.months > 0:
+		n, unit = sp.months, "month"
+	case sp.days > 0 && sp.days%7 == 0:
+		n, unit = sp.days/7, "week"
+	}
+	if n == 1 {
+		return unit
+	}
+	return fmt.Sprintf("%d %ss", n, unit)
+}

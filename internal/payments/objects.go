@@ -17,6 +17,7 @@ type SessionObject struct {
 	CustomerEmail   *string           `json:"customer_email"`
 	PaymentIntent   *string           `json:"payment_intent"`
 	Subscription    *string           `json:"subscription"`
+	TrialPeriodDays *int              `json:"trial_period_days"`
 	LineItems       []LineItem        `json:"line_items"`
 	PassFees        bool              `json:"pass_fees_to_customer"`
 	ShippingOptions []ShippingOption  `json:"shipping_options"`
@@ -40,6 +41,9 @@ func (cs CheckoutSession) Object() SessionObject {
 		ShippingOptions: cs.ShippingOptions, ShippingDetails: cs.Shipping, BillingDetails: cs.Billing,
 		SuccessURL: cs.SuccessURL, CancelURL: cs.CancelURL, Metadata: nonNilMap(cs.Metadata),
 		ExpiresAt: cs.ExpiresAt.Unix(), Livemode: cs.Live, Created: cs.Created.Unix(),
+	}
+	if cs.Mode == ModeSubscription {
+		o.Mode, o.TrialPeriodDays = ModeSubscription, cs.TrialPeriodDays
 	}
 	if o.LineItems == nil {
 		o.LineItems = []LineItem{}
@@ -66,6 +70,7 @@ type PaymentObject struct {
 	CustomerEmail  *string           `json:"customer_email"`
 	Description    *string           `json:"description"`
 	PaymentSession *string           `json:"payment_session"`
+	Subscription   *string           `json:"subscription"`
 	FeeAmount      int64             `json:"fee_amount"`
 	AmountRefunded int64             `json:"amount_refunded"`
 	Dispute        *string           `json:"dispute"`
@@ -80,7 +85,7 @@ func (pi PaymentIntent) Object() PaymentObject {
 	return PaymentObject{
 		ID: pi.ID, Amount: pi.Amount, AmountReceived: pi.AmountReceived, Currency: pi.Currency, Status: pi.Status,
 		Customer: pi.CustomerID, CustomerName: pi.CustomerName, CustomerEmail: pi.CustomerEmail,
-		Description: pi.Description, PaymentSession: pi.SessionID, FeeAmount: pi.Fee, AmountRefunded: pi.AmountRefunded,
+		Description: pi.Description, PaymentSession: pi.SessionID, Subscription: pi.SubscriptionID, FeeAmount: pi.Fee, AmountRefunded: pi.AmountRefunded,
 		Dispute: pi.DisputeID, LastDecline: pi.LastDeclineCode,
 		Metadata: nonNilMap(pi.Metadata), Created: pi.Created.Unix(), Livemode: pi.Live,
 	}

@@ -35,6 +35,9 @@ type ProcessorEventData struct {
 	Name        string           `json:"name,omitempty"`
 	Shipping    *ShippingDetails `json:"shipping,omitempty"`
 	Billing     *Address         `json:"billing,omitempty"`
+	// Card is the card the processor saved for later charges (a
+	// subscription's checkout), never its number.
+	Card *SavedCard `json:"card,omitempty"`
 }
 
 // Processor event types.

@@ -15,8 +15,13 @@ const (
 	SessionComplete = "complete"
 	SessionExpired  = "expired"
 
-	PaymentUnpaid = "unpaid"
-	PaymentPaid   = "paid"
+	PaymentUnpaid            = "unpaid"
+	PaymentPaid              = "paid"
+	PaymentNoPaymentRequired = "no_payment_required"
+
+	// A session sells once (payment) or starts a subscription.
+	ModePayment      = "payment"
+	ModeSubscription = "subscription"
 )
 
 // Input limits of a session.
@@ -34,6 +39,17 @@ type LineItem struct {
 	Currency   string  `json:"currency"`
 	Quantity   int64   `json:"quantity"`
 	Amount     int64   `json:"amount_total"`
+	// Recurring is set on the one line of a subscription session: how often
+	// its price bills, and the subscription product it belongs to (null
+	// for an inline price).
+	Recurring *LineRecurring `json:"recurring,omitempty"`
+}
+
+// LineRecurring is the recurring part of a subscription session's line.
+type LineRecurring struct {
+	Interval      string  `json:"interval"`
+	IntervalCount int     `json:"interval_count"`
+	Product       *string `json:"product"`
 }
 
 // ShippingOption is a delivery choice offered at checkout.
@@ -64,6 +80,8 @@ type CheckoutSession struct {
 	MerchantID               string // with Live, the session's Scope
 	ID                       string
 	Live                     bool
+	Mode                     string // ModePayment ("" reads as it) or ModeSubscription
+	TrialPeriodDays          *int   // subscription mode: the trial the subscription starts with
 	Status                   string
 	PaymentStatus            string
 	URL                      string
@@ -326,6 +344,8 @@ type CheckoutPayment struct {
 	Name     string
 	Shipping *ShippingDetails
 	Billing  *Address
+	// The card's expiry, kept when the card is saved (subscription mode).
+	ExpMonth, ExpYear int
 }
 
 // ErrSessionClosed is returned for a payment on a session that is no longer
@@ -352,6 +372,10 @@ func (s *Service) applyCheckoutFailed(ctx context.Context, a *application) error
 
 func (s *Service) applyCheckout(ctx context.Context, a *application, succeeded bool) error {
 	p := a.ev.Data
+	// A session's mode never changes, so reading it before the lock is exact.
+	if cs, err := s.store.SessionByID(ctx, p.SessionID); err == nil && cs.Mode == ModeSubscription {
+		return s.applySubscriptionCheckout(ctx, a, succeeded)
+	}
 	_, err := s.store.PayCheckout(ctx, p.SessionID, func(sc Scope, plan Plan, cs *CheckoutSession, pi *PaymentIntent) (Effects, error) {
 		if !a.inScope(sc) {
 			return Effects{}, NotFound(SessionNotFound, p.SessionID)

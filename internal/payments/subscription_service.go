@@ -24,6 +24,11 @@ type SubscriptionRecords interface {
 	// items' quantities) with fn's effects, in one transaction.
 	// Codes: subscription_not_found, and fn's.
 	UpdateSubscription(ctx context.Context, sc Scope, id string, fn func(*Subscription) (Effects, error)) (Subscription, error)
+	// PaySubscriptionCheckout locks a subscription-mode session, runs fn
+	// and inserts what fn returns (customer, saved card, subscription,
+	// first charge and its payment), saves the session and writes fn's
+	// effects, in one transaction.
+	PaySubscriptionCheckout(ctx context.Context, sessionID string, fn func(sc Scope, plan Plan, cs *CheckoutSession) (SubscriptionCheckout, Effects, error)) error
 }
 
 // SubscriptionFilter is the query of GET /v1/subscriptions: Status ""
@@ -65,7 +70,7 @@ func ParseSubscriptionQuery(q SubscriptionQuery) (SubscriptionFilter, error) {
 	f := SubscriptionFilter{ListParams: q.ListParams, Status: SubActive}
 	if q.Page != nil {
 		if q.Status != nil || q.Customer != nil || q.StartingAfter != nil {
-			return f, Invalid("page", "carries the list's filters and cursor: send it alone (limit may change)")
+			return f, Invalid("page", "(a next_page token) carries the list's filters and cursor: send it without status, customer and starting_after")
 		}
 		raw, err := base64.RawURLEncoding.DecodeString(*q.Page)
 		var t pageToken

@@ -15,7 +15,7 @@ import (
 
 const intentCols = `merchant_id, livemode, id, amount, amount_received, currency, status, fee_amount, customer_id,
 	customer_name, customer_email, description, metadata, session_id, client_secret_hash, source, device,
-	card_last4, last_decline_code, succeeded_at, created_at, amount_refunded, amount_refund_pending, dispute_id`
+	card_last4, last_decline_code, succeeded_at, created_at, amount_refunded, amount_refund_pending, dispute_id, subscription_id`
 
 type intentRow struct {
 	MerchantID       string         `db:"merchant_id"`
@@ -42,6 +42,7 @@ type intentRow struct {
 	AmountRefunded   int64          `db:"amount_refunded"`
 	RefundPending    int64          `db:"amount_refund_pending"`
 	DisputeID        sql.NullString `db:"dispute_id"`
+	SubscriptionID   sql.NullString `db:"subscription_id"`
 }
 
 func (r intentRow) intent() (payments.PaymentIntent, error) {
@@ -53,6 +54,7 @@ func (r intentRow) intent() (payments.PaymentIntent, error) {
 		CardLast4: strPtr(r.CardLast4), LastDeclineCode: strPtr(r.LastDeclineCode),
 		SucceededAt: timePtr(r.SucceededAt), Created: r.CreatedAt,
 		AmountRefunded: r.AmountRefunded, AmountRefundPending: r.RefundPending, DisputeID: strPtr(r.DisputeID),
+		SubscriptionID: strPtr(r.SubscriptionID),
 	}
 	if err := json.Unmarshal(r.Metadata, &pi.Metadata); err != nil {
 		return pi, fmt.Errorf("decode metadata of %s: %w", r.ID, err)
@@ -76,11 +78,11 @@ func intent(ctx context.Context, q sqlx.QueryerContext, sc payments.Scope, id, l
 func insertIntent(ctx context.Context, tx sqlx.ExecerContext, sc payments.Scope, pi payments.PaymentIntent) error {
 	const q = `INSERT INTO payment_intents (merchant_id, livemode, id, amount, amount_received, currency, status,
 		fee_amount, customer_id, customer_name, customer_email, description, metadata, session_id, client_secret_hash,
-		source, device, card_last4, last_decline_code, succeeded_at, created_at, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $21)`
+		source, device, card_last4, last_decline_code, succeeded_at, created_at, updated_at, subscription_id)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $21, $22)`
 	_, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, pi.ID, pi.Amount, pi.AmountReceived, pi.Currency, pi.Status,
 		pi.Fee, pi.CustomerID, pi.CustomerName, pi.CustomerEmail, pi.Description, jsonb(nonNilMap(pi.Metadata)), pi.SessionID,
-		pi.ClientSecretHash, pi.Source, pi.Device, pi.CardLast4, pi.LastDeclineCode, pi.SucceededAt, pi.Created)
+		pi.ClientSecretHash, pi.Source, pi.Device, pi.CardLast4, pi.LastDeclineCode, pi.SucceededAt, pi.Created, pi.SubscriptionID)
 	if err != nil {
 		return fmt.Errorf("insert payment: %w", err)
 	}

@@ -14,7 +14,7 @@ import (
 const sessionCols = `merchant_id, livemode, id, status, payment_status, url, currency, amount_subtotal, amount_total,
 	pass_fees_to_customer, line_items, customer_id, customer_email, success_url, cancel_url, collect_shipping_address,
 	billing_address_collection, shipping_countries, shipping_options, shipping_details, billing_details, metadata,
-	payment_intent_id, subscription_id, expires_at, completed_at, created_at`
+	payment_intent_id, subscription_id, expires_at, completed_at, created_at, mode, trial_period_days`
 
 type sessionRow struct {
 	MerchantID        string         `db:"merchant_id"`
@@ -44,6 +44,8 @@ type sessionRow struct {
 	ExpiresAt         time.Time      `db:"expires_at"`
 	CompletedAt       sql.NullTime   `db:"completed_at"`
 	CreatedAt         time.Time      `db:"created_at"`
+	Mode              string         `db:"mode"`
+	TrialPeriodDays   sql.NullInt64  `db:"trial_period_days"`
 	MerchantName      sql.NullString `db:"merchant_name"` // only read for the hosted page
 	MerchantPlan      sql.NullString `db:"merchant_plan"`
 	OffsetUS          int64          `db:"offset_us"` // only read by the expiry sweep: its scope's sandbox clock
@@ -61,7 +63,11 @@ func (r sessionRow) session() (payments.CheckoutSession, error) {
 		CancelURL: r.CancelURL, CollectShipping: r.CollectShipping, BillingAddressCollection: strPtr(r.Billing),
 		PaymentIntentID: strPtr(r.PaymentIntentID), SubscriptionID: strPtr(r.SubscriptionID),
 		ExpiresAt: r.ExpiresAt, CompletedAt: timePtr(r.CompletedAt), Created: r.CreatedAt, MerchantName: r.MerchantName.String,
-		MerchantPlan: payments.Plan(r.MerchantPlan.String),
+		MerchantPlan: payments.Plan(r.MerchantPlan.String), Mode: r.Mode,
+	}
+	if r.TrialPeriodDays.Valid {
+		d := int(r.TrialPeriodDays.Int64)
+		cs.TrialPeriodDays = &d
 	}
 	for _, f := range []struct {
 		raw []byte
@@ -139,12 +145,16 @@ func (s *Store) CreateSession(ctx context.Context, sc payments.Scope, cs payment
 	const q = `INSERT INTO checkout_sessions (merchant_id, livemode, id, status, payment_status, url, currency,
 		amount_subtotal, amount_total, pass_fees_to_customer, line_items, customer_id, customer_email, success_url,
 		cancel_url, collect_shipping_address, billing_address_collection, shipping_countries, shipping_options,
-		metadata, expires_at, created_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`
+		metadata, expires_at, created_at, mode, trial_period_days)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)`
+	mode := cs.Mode
+	if mode == "" {
+		mode = payments.ModePayment
+	}
 	_, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, cs.ID, cs.Status, cs.PaymentStatus, cs.URL, cs.Currency,
 		cs.AmountSubtotal, cs.AmountTotal, cs.PassFees, jsonb(cs.LineItems), cs.CustomerID, cs.CustomerEmail, cs.SuccessURL,
 		cs.CancelURL, cs.CollectShipping, cs.BillingAddressCollection, jsonb(cs.ShippingCountries), jsonb(cs.ShippingOptions),
-		jsonb(cs.Metadata), cs.ExpiresAt, cs.Created)
+		jsonb(cs.Metadata), cs.ExpiresAt, cs.Created, mode, cs.TrialPeriodDays)
 	if err != nil {
 		return fmt.Errorf("insert session: %w", err)
 	}
@@ -183,10 +193,12 @@ func (s *Store) SessionByID(ctx context.Context, id string) (payments.CheckoutSe
 
 func updateSession(ctx context.Context, tx *txn, sc payments.Scope, cs payments.CheckoutSession) error {
 	const q = `UPDATE checkout_sessions SET status = $4, payment_status = $5, amount_total = $6, customer_email = $7,
-		shipping_details = $8, billing_details = $9, payment_intent_id = $10, completed_at = $11
+		shipping_details = $8, billing_details = $9, payment_intent_id = $10, completed_at = $11, subscription_id = $12,
+		customer_id = $13
 	WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
 	_, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, cs.ID, cs.Status, cs.PaymentStatus, cs.AmountTotal,
-		cs.CustomerEmail, nullJSON(cs.Shipping), nullJSON(cs.Billing), cs.PaymentIntentID, cs.CompletedAt)
+		cs.CustomerEmail, nullJSON(cs.Shipping), nullJSON(cs.Billing), cs.PaymentIntentID, cs.CompletedAt, cs.SubscriptionID,
+		cs.CustomerID)
 	if err != nil {
 		return fmt.Errorf("update session: %w", err)
 	}

@@ -243,3 +243,93 @@ func saveSubscription(ctx context.Context, tx *txn, sc payments.Scope, sub payme
 	}
 	return nil
 }
+
+// PaySubscriptionCheckout locks the session, runs fn, and inserts what fn
+// returns in the order their references need (customer, card,
+// subscription, payment, charge), then saves the session and fn's effects,
+// all in one transaction: the subscription exists exactly when its session
+// is complete and its events are written.
+func (s *Store) PaySubscriptionCheckout(ctx context.Context, sessionID string, fn func(payments.Scope, payments.Plan, *payments.CheckoutSession) (payments.SubscriptionCheckout, payments.Effects, error)) error {
+	return s.inTx(ctx, func(tx *txn) error {
+		q := `SELECT ` + sessionCols + ` FROM checkout_sessions WHERE id = $1 FOR UPDATE`
+		var r sessionRow
+		err := tx.GetContext(ctx, &r, q, sessionID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return payments.NotFound(payments.SessionNotFound, sessionID)
+		}
+		if err != nil {
+			return fmt.Errorf("lock session: %w", err)
+		}
+		sc := r.scope()
+		cs, err := r.session()
+		if err != nil {
+			return err
+		}
+		var plan string
+		if err := tx.GetContext(ctx, &plan, `SELECT plan FROM merchants WHERE id = $1`, sc.MerchantID); err != nil {
+			return fmt.Errorf("select plan: %w", err)
+		}
+		out, eff, err := fn(sc, payments.Plan(plan), &cs)
+		if err != nil {
+			return err
+		}
+		if c := out.NewCustomer; c != nil {
+			const q = `INSERT INTO customers (merchant_id, livemode, id, email, name, phone, metadata, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`
+			if _, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, c.ID, c.Email, c.Name, c.Phone, jsonb(nonNil(c.Metadata)), c.Created); err != nil {
+				return fmt.Errorf("insert customer: %w", err)
+			}
+		}
+		if c := out.Card; c != nil && out.Subscription != nil {
+			if err := insertCard(ctx, tx, sc, *c, out.Subscription.Created); err != nil {
+				return err
+			}
+		}
+		if out.Subscription != nil {
+			if err := insertSubscription(ctx, tx, sc, *out.Subscription); err != nil {
+				return err
+			}
+		}
+		if out.Payment != nil {
+			if err := insertIntent(ctx, tx, sc, *out.Payment); err != nil {
+				return err
+			}
+		}
+		if out.Charge != nil {
+			if err := insertCharge(ctx, tx, sc, *out.Charge); err != nil {
+				return err
+			}
+		}
+		if err := updateSession(ctx, tx, sc, cs); err != nil {
+			return err
+		}
+		return applyEffects(ctx, tx, sc, eff)
+	})
+}
+
+// insertCard saves a sandbox card: its reference, brand, last4, expiry and
+// behaviour, never the number.
+func insertCard(ctx context.Context, tx sqlx.ExecerContext, sc payments.Scope, c payments.SavedCard, now time.Time) error {
+	const q = `INSERT INTO sandbox_cards (merchant_id, livemode, id, customer_id, brand, last4, exp_month, exp_year, behavior, created_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+	if _, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, c.ID, c.CustomerID, c.Brand, c.Last4, c.ExpMonth, c.ExpYear,
+		c.Behavior, now); err != nil {
+		return fmt.Errorf("insert card: %w", err)
+	}
+	return nil
+}
+
+// insertCharge inserts a subscription's charge. A second charge of the same
+// period breaks subscription_charges_subscription_id_period_start_key.
+func insertCharge(ctx context.Context, tx sqlx.ExecerContext, sc payments.Scope, ch payments.SubscriptionCharge) error {
+	const q = `INSERT INTO subscription_charges (merchant_id, livemode, id, subscription_id, kind, period_start, period_end,
+		change_id, amount, currency, status, attempts, next_attempt_at, first_failed_at, decline_code, payment_intent_id,
+		created_at, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $17)`
+	if _, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, ch.ID, ch.SubscriptionID, ch.Kind, ch.PeriodStart, ch.PeriodEnd,
+		ch.ChangeID, ch.Amount, ch.Currency, ch.Status, ch.Attempts, ch.NextAttemptAt, ch.FirstFailedAt, ch.DeclineCode,
+		ch.PaymentIntentID, ch.Created); err != nil {
+		return fmt.Errorf("insert subscription charge: %w", err)
+	}
+	return nil
+}

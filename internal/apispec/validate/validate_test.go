@@ -186,6 +186,10 @@ func TestDocumentBuilds(t *testing.T) {
 		"GET /v1/openapi.yaml": true,
 	}
 	want["POST /v1/subscription-products"], want["GET /v1/subscription-products"] = true, true
+	for _, op := range []string{"POST /v1/subscription-sessions", "GET /v1/subscriptions", "GET /v1/subscriptions/{id}",
+		"POST /v1/subscriptions/{id}/cancel", "POST /v1/subscriptions/{id}/resume"} {
+		want[op] = true
+	}
 	got := map[string]bool{}
 	for path, item := range m.Paths.PathItems.FromOldest() {
 		for method, op := range item.GetOperations().FromOldest() {

@@ -83,3 +83,61 @@ func (c *Cards) ConfirmPayment(ctx context.Context, id, publishableKey, clientSe
 	}
 	return o, c.inbox.RecordProcessorEvent(ctx, ev, later(card, o)...)
 }
+
+// Save decides whether a test card can be saved for later charges, and the
+// behaviour every later charge of it follows (payments.CardSucceeds …). The
+// cards that decline at once (4000…0002, …9995, unknown numbers) are not
+// saved, with their decline code; 4000…0341 is saved, to decline later.
+func Save(cardNumber string) (processor.Outcome, string) {
+	o := Charge(cardNumber)
+	switch normalize(cardNumber) {
+	case CardSuccess:
+		return o, payments.CardSucceeds
+	case CardDispute:
+		return o, payments.CardDisputes
+	case CardDeclinesAfterSave:
+		o.Succeeded, o.DeclineCode = true, ""
+		return o, payments.CardDeclines
+	}
+	return o, ""
+}
+
+// ChargeSaved decides a charge of a saved card from its behaviour: a
+// 'declines' card is declined card_declined every time.
+func ChargeSaved(c payments.SavedCard) processor.Outcome {
+	o := processor.Outcome{Succeeded: c.Behavior != payments.CardDeclines, Last4: c.Last4}
+	if !o.Succeeded {
+		o.DeclineCode = "card_declined"
+	}
+	return o
+}
+
+// SubscribeCheckout saves card for a subscription session's customer and,
+// when chargeNow (no trial), charges the first period with it, then
+// records the outcome (checkout.completed with the saved card, or
+// checkout.payment_failed) through the domain's one path for processor
+// events. With a trial nothing is charged: the card only has to be
+// saveable. The card's number never leaves this function: the event
+// carries its reference, brand, last4, expiry and behaviour.
+func (c *Cards) SubscribeCheckout(ctx context.Context, sessionID string, p payments.CheckoutPayment, card string, chargeNow bool) (processor.Outcome, error) {
+	o, behavior := Save(card)
+	if chargeNow && o.Succeeded {
+		o = ChargeSaved(payments.SavedCard{Behavior: behavior, Last4: o.Last4})
+	}
+	ev := payments.ProcessorEvent{
+		ExternalID: payments.NewID("sbevt_"), Type: payments.ProcessorCheckoutCompleted,
+		Data: payments.ProcessorEventData{SessionID: sessionID, CardLast4: o.Last4, Email: p.Email, Name: p.Name},
+	}
+	if !o.Succeeded {
+		ev.Type, ev.Data.DeclineCode = payments.ProcessorCheckoutFailed, o.DeclineCode
+		return o, c.inbox.RecordProcessorEvent(ctx, ev)
+	}
+	ev.Data.Card = &payments.SavedCard{
+		ID: payments.NewID("card_"), Brand: "visa", Last4: o.Last4, ExpMonth: p.ExpMonth, ExpYear: p.ExpYear, Behavior: behavior,
+	}
+	var then []payments.ProcessorEvent
+	if chargeNow {
+		then = later(card, o)
+	}
+	return o, c.inbox.RecordProcessorEvent(ctx, ev, then...)
+}

@@ -23,6 +23,9 @@ const (
 	CardDeclined          = "4000000000000002"
 	CardInsufficientFunds = "4000000000009995"
 	CardDispute           = "4000000000000259"
+	// CardDeclinesAfterSave is saved (a subscription with a trial starts
+	// with it) but every charge on it is declined card_declined.
+	CardDeclinesAfterSave = "4000000000000341"
 )
 
 // Sandbox implements processor.Processor.
@@ -108,10 +111,10 @@ func Charge(cardNumber string) processor.Outcome {
 		o.Succeeded = true
 	case CardDispute:
 		o.Succeeded = true // and a dispute follows: see Cards
-	case CardDeclined:
-		o.DeclineCode = "card_declined"
 	case CardInsufficientFunds:
 		o.DeclineCode = "insufficient_funds"
+	case CardDeclinesAfterSave, CardDeclined:
+		o.DeclineCode = "card_declined"
 	default:
 		o.DeclineCode = "invalid_number"
 	}
