@@ -226,7 +226,40 @@ func TestBrowserKeysAndRefund(t *testing.T) {
 		t.Errorf("got error %q, want refund_amount_too_large", got)
 	}
 
-	for _, page := range []string{"refunds", "customers", "events"} {
+	// Re-enable a disabled webhook endpoint from its page.
+	sc := payments.Scope{MerchantID: m}
+	we, err := s.svc.CreateEndpoint(context.Background(), sc, payments.EndpointInput{URL: ptr("https://hooks.example/in")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.svc.UpdateEndpoint(context.Background(), sc, we.ID, payments.EndpointUpdate{Status: ptr(payments.EndpointDisabled)}); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "enable the endpoint",
+		chromedp.Click(chromedp.CSS(`nav.side a[href$="/webhooks"]`)),
+		chromedp.WaitVisible(chromedp.ID("endpoints")),
+		chromedp.Click(chromedp.CSS(`#endpoints a[href$="`+we.ID+`"]`)),
+		chromedp.WaitVisible(chromedp.ID("enable")),
+		chromedp.Click(chromedp.ID("enable")),
+		chromedp.WaitVisible(chromedp.ID("notice")),
+	)
+	if got := text(t, ctx, "#status"); got != "enabled" {
+		t.Errorf("got endpoint status %q after enabling, want enabled", got)
+	}
+	screenshot(t, ctx, "webhook-endpoint.png")
+
+	sub := s.subscription(m)
+	do(t, ctx, "open the subscription",
+		chromedp.Click(chromedp.CSS(`nav.side a[href$="/subscriptions"]`)),
+		chromedp.WaitVisible(chromedp.ID("subscriptions")),
+		chromedp.Click(chromedp.CSS(`#subscriptions a[href$="`+sub+`"]`)),
+		chromedp.WaitVisible(chromedp.ID("cancel-form")),
+		chromedp.Click(chromedp.ID("cancel")),
+		chromedp.WaitVisible(chromedp.ID("cancels")),
+	)
+	screenshot(t, ctx, "subscription.png")
+
+	for _, page := range []string{"refunds", "customers", "events", "webhooks", "subscriptions"} {
 		do(t, ctx, "open "+page, chromedp.Navigate(s.url+"/dashboard/test/"+page), chromedp.WaitVisible(chromedp.CSS("main h1")))
 		screenshot(t, ctx, page+".png")
 	}

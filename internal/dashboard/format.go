@@ -87,6 +87,13 @@ func when(loc *time.Location, t any) template.HTML {
 			return "—"
 		}
 		tt = *v
+	case int64: // the API objects' Unix seconds
+		tt = time.Unix(v, 0)
+	case *int64:
+		if v == nil {
+			return "—"
+		}
+		tt = time.Unix(*v, 0)
 	default:
 		return "—"
 	}
@@ -152,6 +159,7 @@ func summarizeAll(evs []payments.StoredEvent) []eventSummary {
 func objectPath(base, id string) string {
 	for prefix, section := range map[string]string{
 		"pi_": "payments", "re_": "refunds", "dp_": "disputes", "cus_": "customers", "prod_": "products", "evt_": "events",
+		"sub_": "subscriptions", "we_": "webhooks",
 	} {
 		if strings.HasPrefix(id, prefix) {
 			return base + "/" + section + "/" + id

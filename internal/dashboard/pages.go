@@ -41,6 +41,7 @@ func (d *Dashboard) routes() {
 	d.page("GET", "/apikeys", (*Dashboard).keys)
 	d.page("POST", "/apikeys", (*Dashboard).createKey)
 	d.page("POST", "/apikeys/{id}/revoke", (*Dashboard).revokeKey)
+	d.moreRoutes()
 }
 
 func asset(w http.ResponseWriter, r *http.Request) {
@@ -215,6 +216,13 @@ var notices = map[string]string{
 	"evidence": "Evidence saved.",
 	"submit":   "Evidence submitted. The dispute is under review.",
 	"revoked":  "Key revoked. Requests with it now fail with key_revoked.",
+
+	"endpoint_enabled":  "Endpoint enabled. Its failure count starts again; new events are delivered to it.",
+	"endpoint_disabled": "Endpoint disabled. Nothing is delivered to it until you enable it.",
+	"endpoint_deleted":  "Endpoint deleted.",
+	"sub_cancel_end":    "The subscription will end with its current period.",
+	"sub_cancel_now":    "Subscription canceled.",
+	"sub_resume":        "The scheduled cancellation is withdrawn; the subscription renews as before.",
 }
 
 // refund refunds a payment in full (no amount) or in part, with the API's

@@ -27,7 +27,7 @@ func TestPagesRender(t *testing.T) {
 	if a := c.do("GET", "/dashboard/payments/"+pi, nil); a.status != http.StatusNotFound {
 		t.Errorf("GET the test payment in live mode: got %d, want 404", a.status)
 	}
-	for _, path := range []string{"", "/payments", "/refunds", "/disputes", "/customers", "/products", "/events", "/apikeys"} {
+	for _, path := range []string{"", "/payments", "/subscriptions", "/webhooks", "/refunds", "/disputes", "/customers", "/products", "/events", "/apikeys"} {
 		for _, base := range []string{"/dashboard", "/dashboard/test"} {
 			a := c.do("GET", base+path, nil)
 			if a.status != http.StatusOK {

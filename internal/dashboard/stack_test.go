@@ -29,12 +29,13 @@ import (
 // stack is the API and the dashboard on one listener, as cmd/api serves
 // them, on a real PostgreSQL and Redis with the sandbox processor.
 type stack struct {
-	t   *testing.T
-	url string
-	svc *payments.Service
-	db  *sqlx.DB
-	sb  *sandbox.Sandbox
-	rdb *redis.Client
+	t     *testing.T
+	url   string
+	svc   *payments.Service
+	db    *sqlx.DB
+	sb    *sandbox.Sandbox
+	rdb   *redis.Client
+	store *postgres.Store
 }
 
 func newStack(t *testing.T, o dashboard.Options) *stack {
@@ -53,7 +54,7 @@ func newStack(t *testing.T, o dashboard.Options) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb))
+	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSecrets(box))
 	rdb := testenv.Redis(t)
 	api := httpapi.New(httpapi.Deps{
 		Service: svc, Store: store, Limiter: ratelimit.New(rdb, 100000),
@@ -64,7 +65,7 @@ func newStack(t *testing.T, o dashboard.Options) *stack {
 		o.AddressAttempts = 100000 // every test signs in from 127.0.0.1
 	}
 	handler = dashboard.New(o).Wrap(api)
-	return &stack{t: t, url: srv.URL, svc: svc, db: db, sb: sb, rdb: rdb}
+	return &stack{t: t, url: srv.URL, svc: svc, db: db, sb: sb, rdb: rdb, store: store}
 }
 
 const password = "correct horse battery"

@@ -1,0 +1,256 @@
+package dashboard
+
+import (
+	"net/http"
+	"strings"
+
+	"paysvc/internal/payments"
+)
+
+// The pages built on other issues' services: webhook endpoints and
+// subscriptions.
+func (d *Dashboard) moreRoutes() {
+	d.page("GET", "/webhooks", (*Dashboard).webhooks)
+	d.page("POST", "/webhooks", (*Dashboard).createEndpoint)
+	d.page("GET", "/webhooks/{id}", (*Dashboard).endpoint)
+	d.page("POST", "/webhooks/{id}/status", (*Dashboard).endpointStatus)
+	d.page("POST", "/webhooks/{id}/delete", (*Dashboard).deleteEndpoint)
+	d.page("GET", "/subscriptions", (*Dashboard).subscriptions)
+	d.page("GET", "/subscriptions/{id}", (*Dashboard).subscription)
+	d.page("POST", "/subscriptions/{id}/cancel", (*Dashboard).cancelSubscription)
+	d.page("POST", "/subscriptions/{id}/resume", (*Dashboard).resumeSubscription)
+}
+
+// ---- webhooks ----
+
+type webhooksView struct {
+	Endpoints []payments.EndpointObject
+	Created   *payments.EndpointObject // just added: its secret's only showing
+	URL       string                   // the add form's fields, kept after an error
+	Events    string
+	Desc      string
+}
+
+func (d *Dashboard) webhooksPage(rq *request, wv *webhooksView, err error) {
+	eps, lerr := d.svc.Endpoints(rq.ctx, rq.sc)
+	if lerr != nil {
+		d.internal(rq.w, rq.r, "list endpoints", lerr)
+		return
+	}
+	wv.Endpoints = eps
+	v := rq.view("Webhooks", "webhooks", wv)
+	v.Notice = notices[rq.r.URL.Query().Get("done")]
+	if err != nil {
+		v.fail(err)
+	}
+	if wv.Created != nil {
+		v.Status = http.StatusCreated
+	}
+	d.show(rq, "webhooks.html", v)
+}
+
+func (d *Dashboard) webhooks(rq *request) { d.webhooksPage(rq, &webhooksView{Events: "*"}, nil) }
+
+// createEndpoint adds an endpoint with the API's rules (https, allowed
+// address, known event types, the per-mode maximum) and shows its signing
+// secret once.
+func (d *Dashboard) createEndpoint(rq *request) {
+	wv := &webhooksView{URL: strings.TrimSpace(rq.r.PostFormValue("url")),
+		Events: rq.r.PostFormValue("events"), Desc: strings.TrimSpace(rq.r.PostFormValue("description"))}
+	in := payments.EndpointInput{URL: &wv.URL}
+	// Event types separated by commas, spaces or lines; empty is every one.
+	if evs := strings.FieldsFunc(wv.Events, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\r' }); len(evs) > 0 {
+		in.Events = evs
+	}
+	if wv.Desc != "" {
+		in.Description = &wv.Desc
+	}
+	e, err := d.svc.CreateEndpoint(rq.ctx, rq.sc, in)
+	if err != nil && payments.ErrorCode(err) == "" {
+		d.internal(rq.w, rq.r, "create endpoint", err)
+		return
+	}
+	if err == nil {
+		wv = &webhooksView{Created: &e, Events: "*"}
+	}
+	d.webhooksPage(rq, wv, err)
+}
+
+type endpointView struct {
+	Endpoint payments.EndpointObject
+}
+
+func (d *Dashboard) endpoint(rq *request) {
+	id, ok := d.objectID(rq)
+	if !ok {
+		return
+	}
+	e, err := d.svc.Endpoint(rq.ctx, rq.sc, id)
+	if err != nil {
+		d.lookupFailed(rq, "read endpoint", err)
+		return
+	}
+	v := rq.view("Webhook endpoint "+id, "webhooks", endpointView{Endpoint: e})
+	v.Notice = notices[rq.r.URL.Query().Get("done")]
+	d.show(rq, "endpoint.html", v)
+}
+
+// endpointStatus re-enables a disabled endpoint (its failure count starts
+// again) or disables one.
+func (d *Dashboard) endpointStatus(rq *request) {
+	id, ok := d.objectID(rq)
+	if !ok {
+		return
+	}
+	status := rq.r.PostFormValue("status")
+	_, err := d.svc.UpdateEndpoint(rq.ctx, rq.sc, id, payments.EndpointUpdate{Status: &status})
+	if err != nil {
+		if payments.ErrorCode(err) == payments.EndpointNotFound {
+			d.notFound(rq.w, rq.r)
+			return
+		}
+		if payments.ErrorCode(err) == "" {
+			d.internal(rq.w, rq.r, "update endpoint", err)
+			return
+		}
+		e, rerr := d.svc.Endpoint(rq.ctx, rq.sc, id)
+		if rerr != nil {
+			d.lookupFailed(rq, "read endpoint", rerr)
+			return
+		}
+		d.show(rq, "endpoint.html", rq.view("Webhook endpoint "+id, "webhooks", endpointView{Endpoint: e}).fail(err))
+		return
+	}
+	http.Redirect(rq.w, rq.r, rq.base()+"/webhooks/"+id+"?done=endpoint_"+status, http.StatusSeeOther)
+}
+
+func (d *Dashboard) deleteEndpoint(rq *request) {
+	id, ok := d.objectID(rq)
+	if !ok {
+		return
+	}
+	if _, err := d.svc.DeleteEndpoint(rq.ctx, rq.sc, id); err != nil {
+		if payments.ErrorCode(err) != "" {
+			d.notFound(rq.w, rq.r)
+			return
+		}
+		d.internal(rq.w, rq.r, "delete endpoint", err)
+		return
+	}
+	http.Redirect(rq.w, rq.r, rq.base()+"/webhooks?done=endpoint_deleted", http.StatusSeeOther)
+}
+
+// ---- subscriptions ----
+
+// subscriptionStatuses are the list's filter choices ("" = all).
+var subscriptionStatuses = []string{"", payments.SubActive, payments.SubTrialing, payments.SubPastDue, payments.SubUnpaid,
+	payments.SubCanceled, payments.SubIncomplete, payments.SubIncompleteExpired}
+
+type subscriptionsView struct {
+	list[payments.SubscriptionObject]
+	Status   string
+	Statuses []string
+}
+
+func (d *Dashboard) subscriptions(rq *request) {
+	lp, ok := d.listParams(rq)
+	if !ok {
+		return
+	}
+	status := rq.r.URL.Query().Get("status")
+	valid := false
+	for _, s := range subscriptionStatuses {
+		valid = valid || s == status
+	}
+	if !valid {
+		status = ""
+	}
+	l, err := d.svc.Subscriptions(rq.ctx, rq.sc, payments.SubscriptionFilter{ListParams: lp, Status: status})
+	if err != nil {
+		d.lookupFailed(rq, "list subscriptions", err)
+		return
+	}
+	sv := subscriptionsView{Status: status, Statuses: subscriptionStatuses,
+		list: list[payments.SubscriptionObject]{Items: l.Data, Paged: lp.StartingAfter != ""}}
+	if l.HasMore && len(l.Data) > 0 {
+		sv.Next = rq.r.URL.Path + "?status=" + status + "&starting_after=" + l.Data[len(l.Data)-1].ID
+	}
+	d.show(rq, "subscriptions.html", rq.view("Subscriptions", "subscriptions", sv))
+}
+
+type subscriptionView struct {
+	Sub    payments.SubscriptionObject
+	Events []eventSummary
+}
+
+func (d *Dashboard) subscriptionData(rq *request, id string) (*subscriptionView, error) {
+	sub, err := d.svc.Subscription(rq.ctx, rq.sc, id)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := d.svc.ObjectEvents(rq.ctx, rq.sc, id, eventsShown)
+	if err != nil {
+		return nil, err
+	}
+	return &subscriptionView{Sub: sub.Object(), Events: summarizeAll(evs)}, nil
+}
+
+func (d *Dashboard) subscription(rq *request) {
+	id, ok := d.objectID(rq)
+	if !ok {
+		return
+	}
+	sv, err := d.subscriptionData(rq, id)
+	if err != nil {
+		d.lookupFailed(rq, "read subscription", err)
+		return
+	}
+	v := rq.view("Subscription "+id, "subscriptions", sv)
+	v.Notice = notices[rq.r.URL.Query().Get("done")]
+	d.show(rq, "subscription.html", v)
+}
+
+// cancelSubscription cancels at the period's end (the default) or now,
+// with the API's rules.
+func (d *Dashboard) cancelSubscription(rq *request) {
+	atEnd := rq.r.PostFormValue("when") != "now"
+	what := "cancel_now"
+	if atEnd {
+		what = "cancel_end"
+	}
+	d.changeSubscription(rq, what, func(id string) error {
+		_, err := d.svc.CancelSubscription(rq.ctx, rq.sc, id, payments.CancelInput{AtPeriodEnd: &atEnd})
+		return err
+	})
+}
+
+// resumeSubscription withdraws a cancellation scheduled for the period's end.
+func (d *Dashboard) resumeSubscription(rq *request) {
+	d.changeSubscription(rq, "resume", func(id string) error {
+		_, err := d.svc.ResumeSubscription(rq.ctx, rq.sc, id)
+		return err
+	})
+}
+
+func (d *Dashboard) changeSubscription(rq *request, what string, change func(id string) error) {
+	id, ok := d.objectID(rq)
+	if !ok {
+		return
+	}
+	err := change(id)
+	switch code := payments.ErrorCode(err); {
+	case err == nil:
+		http.Redirect(rq.w, rq.r, rq.base()+"/subscriptions/"+id+"?done=sub_"+what, http.StatusSeeOther)
+	case code == payments.SubscriptionNotFound:
+		d.notFound(rq.w, rq.r)
+	case code == "":
+		d.internal(rq.w, rq.r, what+" subscription", err)
+	default:
+		sv, rerr := d.subscriptionData(rq, id)
+		if rerr != nil {
+			d.lookupFailed(rq, "read subscription", rerr)
+			return
+		}
+		d.show(rq, "subscription.html", rq.view("Subscription "+id, "subscriptions", sv).fail(err))
+	}
+}
