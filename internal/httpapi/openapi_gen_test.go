@@ -443,14 +443,19 @@ func TestOpenAPIGeneratedRequests(t *testing.T) {
 	s := newShop(h)
 	prod := createProductOK(t, h, s.key, map[string]any{"name": "Mug", "price": map[string]any{"amount": 1500, "currency": "usd"}})
 	cus := createCustomerOK(t, h, s.key, map[string]any{"email": "ada@example.com"})
+	var we struct{ ID string } // before the payments, so that it has deliveries
+	h.do("POST", "/v1/webhook-endpoints", s.key, map[string]any{"url": "https://hooks.example/in"}).data(t, &we)
 	payIntent(t, h, s.key, 99999999, sandbox.CardSuccess) // a balance for the refunds
 	cs, pi := paySession(t, h, s.key, 90000)
 	re := refundOK(t, h, s.key, map[string]any{"payment_intent": pi, "amount": 100})
 	_, dp := disputed(t, h, s, 5000)
 	var sp struct{ ID string }
 	h.do("POST", "/v1/subscription-products", s.key, map[string]any{"name": "Plan", "amount": 900, "currency": "usd", "interval": "monthly"}).data(t, &sp)
-	var we struct{ ID string }
-	h.do("POST", "/v1/webhook-endpoints", s.key, map[string]any{"url": "https://hooks.example/in"}).data(t, &we)
+	var whd struct{ Data []struct{ ID string } }
+	h.do("GET", "/v1/webhook-endpoints/"+we.ID+"/deliveries?limit=1", s.key, nil).data(t, &whd)
+	if len(whd.Data) != 1 {
+		t.Fatalf("got %d deliveries, want the endpoint's newest", len(whd.Data))
+	}
 	var ev struct{ Data []struct{ ID string } }
 	h.do("GET", "/v1/events?limit=1", s.key, nil).data(t, &ev)
 	if len(ev.Data) != 1 {
@@ -461,14 +466,16 @@ func TestOpenAPIGeneratedRequests(t *testing.T) {
 		"/v1/products/": prod.ID, "/v1/customers/": cus.ID, "/v1/payment-sessions/": cs,
 		"/v1/refunds/": re.ID, "/v1/disputes/": dp, "/v1/webhook-endpoints/": we.ID, "/v1/test-payments/": pi,
 		"/v1/subscription-products/": sp.ID, "/v1/events/": ev.Data[0].ID,
+		"/v1/webhook-endpoints/{id}/deliveries/": whd.Data[0].ID,
 	}
-	idFor := func(path string) string {
-		for prefix, id := range byPath {
-			if strings.HasPrefix(path, prefix) {
-				return id
+	idFor := func(path string) string { // the longest matching prefix
+		id, best := "unknown", ""
+		for prefix, v := range byPath {
+			if strings.HasPrefix(path, prefix) && len(prefix) > len(best) {
+				id, best = v, prefix
 			}
 		}
-		return "unknown"
+		return id
 	}
 
 	send := func(t *testing.T, o genOp, r genRequest) (int, string, string) {

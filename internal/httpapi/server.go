@@ -137,8 +137,11 @@ func New(d Deps) http.Handler {
 	v1.GET("/webhook-endpoints/:id", s.wrap(s.getEndpoint))
 	v1.POST("/webhook-endpoints/:id", s.wrap(s.updateEndpoint))
 	v1.DELETE("/webhook-endpoints/:id", s.wrap(s.deleteEndpoint))
+	v1.GET("/webhook-endpoints/:id/deliveries", s.wrap(s.listEndpointDeliveries))
+	v1.GET("/webhook-endpoints/:id/deliveries/:delivery", s.wrap(s.getEndpointDelivery))
 	v1.GET("/events", s.wrap(s.listEvents))
 	v1.GET("/events/:id", s.wrap(s.getEvent))
+	v1.POST("/events/:id/resend", s.wrap(s.resendEvent))
 
 	if d.Pages != nil {
 		d.Pages.Register(r)

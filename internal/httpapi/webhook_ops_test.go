@@ -1,11 +1,14 @@
 package httpapi_test
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
 	"paysvc/internal/payments"
+	"paysvc/internal/processor/sandbox"
 )
 
 // endpointHealth is the delivery health an endpoint shows (issue 13).
@@ -120,4 +123,191 @@ func TestEndpointUpdate(t *testing.T) {
 	if g := getEndpointOK(t, h, key, ep.ID); g.URL != publicHook+"/v2" || g.Status != "enabled" {
 		t.Errorf("after refused updates: got %+v, want unchanged", g)
 	}
+}
+
+// deliveryView is a delivery as the API returns it.
+type deliveryView struct {
+	ID               string  `json:"id"`
+	Endpoint         string  `json:"endpoint"`
+	Event            string  `json:"event"`
+	EventType        string  `json:"event_type"`
+	Status           string  `json:"status"`
+	Attempts         int     `json:"attempts"`
+	LastHTTPStatus   *int    `json:"last_http_status"`
+	LastResponseBody *string `json:"last_response_body"`
+	LastError        *string `json:"last_error"`
+	NextRetryAt      *int64  `json:"next_retry_at"`
+	Created          int64   `json:"created"`
+	DeliveredAt      *int64  `json:"delivered_at"`
+	AttemptLog       *[]struct {
+		HTTPStatus *int    `json:"http_status"`
+		Error      *string `json:"error"`
+	} `json:"attempt_log"`
+}
+
+func listDeliveries(t *testing.T, h *harness, key, endpointID, query string) ([]deliveryView, bool) {
+	t.Helper()
+	r := h.do("GET", "/v1/webhook-endpoints/"+endpointID+"/deliveries?"+query, key, nil)
+	wantOK(t, r)
+	var page struct {
+		Data    []deliveryView `json:"data"`
+		HasMore bool           `json:"has_more"`
+	}
+	r.data(t, &page)
+	return page.Data, page.HasMore
+}
+
+func deliveryIDs(ds []deliveryView) []string {
+	out := []string{}
+	for _, d := range ds {
+		out = append(out, d.ID)
+	}
+	return out
+}
+
+// TestDeliveryLogPagingAndScoping: the delivery log is paged newest first,
+// filtered by status, and another merchant's or mode's key gets 404.
+// Nothing is sent here (no worker): every delivery stays pending.
+func TestDeliveryLogPagingAndScoping(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{allowPrivateWebhooks: true})
+	s, other := newShop(h), newShop(h)
+	we := createEndpointOK(t, h, s.key, map[string]any{"url": "https://hooks.example/in"})
+	var want []string // event ids, oldest first
+	for range 3 {
+		payIntent(t, h, s.key, 1500, sandbox.CardSuccess)
+		ids, _ := listEventIDs(t, h, s.key, "limit=1")
+		want = append(want, ids[0])
+	}
+
+	all, more := listDeliveries(t, h, s.key, we.ID, "limit=100")
+	if len(all) != 3 || more {
+		t.Fatalf("got %d deliveries (has_more %v), want 3", len(all), more)
+	}
+	for i, d := range all {
+		if d.Event != want[len(want)-1-i] || d.EventType != "payment_intent.succeeded" || d.Endpoint != we.ID ||
+			d.Status != "pending" || d.Attempts != 0 || d.NextRetryAt == nil || d.LastHTTPStatus != nil ||
+			d.LastResponseBody != nil || d.LastError != nil || d.DeliveredAt != nil || d.AttemptLog != nil {
+			t.Errorf("delivery %d: got %+v, want pending, no attempt yet, of event %s", i, d, want[len(want)-1-i])
+		}
+	}
+	first, more := listDeliveries(t, h, s.key, we.ID, "limit=2")
+	if !more || !slices.Equal(deliveryIDs(first), deliveryIDs(all[:2])) {
+		t.Errorf("page 1: got %v (has_more %v), want %v and more", deliveryIDs(first), more, deliveryIDs(all[:2]))
+	}
+	rest, more := listDeliveries(t, h, s.key, we.ID, "limit=2&starting_after="+first[1].ID)
+	if more || !slices.Equal(deliveryIDs(rest), deliveryIDs(all[2:])) {
+		t.Errorf("page 2: got %v (has_more %v), want %v and no more", deliveryIDs(rest), more, deliveryIDs(all[2:]))
+	}
+	if got, _ := listDeliveries(t, h, s.key, we.ID, "status=pending"); len(got) != 3 {
+		t.Errorf("status=pending: got %d, want 3", len(got))
+	}
+	if got, _ := listDeliveries(t, h, s.key, we.ID, "status=succeeded"); len(got) != 0 {
+		t.Errorf("status=succeeded: got %d, want 0", len(got))
+	}
+	r := h.do("GET", "/v1/webhook-endpoints/"+we.ID+"/deliveries/"+all[0].ID, s.key, nil)
+	wantOK(t, r)
+	var one deliveryView
+	r.data(t, &one)
+	if one.ID != all[0].ID || one.AttemptLog == nil || len(*one.AttemptLog) != 0 {
+		t.Errorf("one delivery: got %+v, want %s with an empty attempt_log", one, all[0].ID)
+	}
+
+	for _, c := range []struct {
+		name, key, path string
+		status          int
+		code            string
+	}{
+		{"bad status", s.key, "/deliveries?status=sent", 400, "validation_error"},
+		{"unknown starting_after", s.key, "/deliveries?starting_after=whd_nope", 400, "validation_error"},
+		{"another merchant", other.key, "/deliveries", 404, "endpoint_not_found"},
+		{"another mode", s.liveKey, "/deliveries", 404, "endpoint_not_found"},
+		{"another merchant's delivery", other.key, "/deliveries/" + all[0].ID, 404, "endpoint_not_found"},
+		{"unknown delivery", s.key, "/deliveries/whd_nope", 404, "endpoint_not_found"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			wantError(t, h.do("GET", "/v1/webhook-endpoints/"+we.ID+c.path, c.key, nil), c.status, c.code)
+		})
+	}
+}
+
+// TestResendRules: a resend is a new pending delivery of the same event to
+// an enabled endpoint that receives its type; anything else is refused.
+func TestResendRules(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{allowPrivateWebhooks: true})
+	s, other := newShop(h), newShop(h)
+	payIntent(t, h, s.key, 1500, sandbox.CardSuccess)
+	evs, _ := listEventIDs(t, h, s.key, "limit=1")
+	ev := evs[0]
+	// Created after the event: it has no delivery of it.
+	we := createEndpointOK(t, h, s.key, map[string]any{"url": "https://hooks.example/in"})
+	refunds := createEndpointOK(t, h, s.key, map[string]any{"url": "https://hooks.example/r", "events": []string{"charge.refunded"}})
+	off := createEndpointOK(t, h, s.key, map[string]any{"url": "https://hooks.example/off"})
+	wantOK(t, h.do("POST", "/v1/webhook-endpoints/"+off.ID, s.key, map[string]any{"status": "disabled"}))
+	theirs := createEndpointOK(t, h, other.key, map[string]any{"url": "https://hooks.example/theirs"})
+
+	for _, c := range []struct {
+		name, key, event string
+		body             map[string]any
+		status           int
+		code             string
+	}{
+		{"no endpoint", s.key, ev, map[string]any{}, 400, "validation_error"},
+		{"unknown event", s.key, "evt_nope", map[string]any{"endpoint": we.ID}, 404, "endpoint_not_found"},
+		{"unknown endpoint", s.key, ev, map[string]any{"endpoint": "we_nope"}, 404, "endpoint_not_found"},
+		{"another merchant's endpoint", s.key, ev, map[string]any{"endpoint": theirs.ID}, 404, "endpoint_not_found"},
+		{"another merchant's event", other.key, ev, map[string]any{"endpoint": theirs.ID}, 404, "endpoint_not_found"},
+		{"another mode", s.liveKey, ev, map[string]any{"endpoint": we.ID}, 404, "endpoint_not_found"},
+		{"disabled endpoint", s.key, ev, map[string]any{"endpoint": off.ID}, 400, "validation_error"},
+		{"not subscribed", s.key, ev, map[string]any{"endpoint": refunds.ID}, 400, "validation_error"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			wantError(t, h.do("POST", "/v1/events/"+c.event+"/resend", c.key, c.body), c.status, c.code)
+		})
+	}
+	if got, _ := listDeliveries(t, h, s.key, we.ID, ""); len(got) != 0 {
+		t.Fatalf("after refused resends: got %d deliveries, want none", len(got))
+	}
+
+	for i := range 2 {
+		r := h.do("POST", "/v1/events/"+ev+"/resend", s.key, map[string]any{"endpoint": we.ID})
+		wantOK(t, r)
+		var d deliveryView
+		r.data(t, &d)
+		if d.Event != ev || d.Endpoint != we.ID || d.Status != "pending" || d.EventType != "payment_intent.succeeded" || d.NextRetryAt == nil {
+			t.Errorf("resend %d: got %+v, want a pending delivery of %s to %s", i, d, ev, we.ID)
+		}
+	}
+	got, _ := listDeliveries(t, h, s.key, we.ID, "")
+	if len(got) != 2 || got[0].ID == got[1].ID || got[0].Event != ev || got[1].Event != ev {
+		t.Errorf("deliveries after two resends: got %+v, want two of %s", got, ev)
+	}
+}
+
+// TestResendKeepsEventFromPruning: an event past retention with a pending
+// resend is kept; once that delivery finishes it is pruned.
+func TestResendKeepsEventFromPruning(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{allowPrivateWebhooks: true})
+	s := newShop(h)
+	we := createEndpointOK(t, h, s.key, map[string]any{"url": "https://hooks.example/in"})
+	old := insertEvent(t, h, s.sc, "charge.refunded", time.Now().Add(-payments.EventRetention-time.Hour))
+	r := h.do("POST", "/v1/events/"+old+"/resend", s.key, map[string]any{"endpoint": we.ID})
+	wantOK(t, r)
+	var d deliveryView
+	r.data(t, &d)
+	before := time.Now().Add(-payments.EventRetention)
+	if _, err := h.svc.PruneEvents(context.Background(), s.sc, before, 100); err != nil {
+		t.Fatal(err)
+	}
+	wantOK(t, h.do("GET", "/v1/events/"+old, s.key, nil))
+	if _, err := h.db.Exec(`UPDATE webhook_deliveries SET status = 'succeeded' WHERE id = $1`, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := h.svc.PruneEvents(context.Background(), s.sc, before, 100); err != nil || n != 1 {
+		t.Fatalf("prune after the resend finished: got %d, %v, want 1", n, err)
+	}
+	wantError(t, h.do("GET", "/v1/events/"+old, s.key, nil), http.StatusNotFound, "endpoint_not_found")
+	wantError(t, h.do("POST", "/v1/events/"+old+"/resend", s.key, map[string]any{"endpoint": we.ID}), http.StatusNotFound, "endpoint_not_found")
 }

@@ -33,3 +33,33 @@ func (s *Server) updateEndpoint(c *gin.Context) (any, error) {
 	}
 	return s.svc.UpdateEndpoint(c.Request.Context(), scope(c), c.Param("id"), in)
 }
+
+func (s *Server) listEndpointDeliveries(c *gin.Context) (any, error) {
+	lp, err := listParams(c, payments.DefaultLimit)
+	if err != nil {
+		return nil, err
+	}
+	f := payments.DeliveryFilter{ListParams: lp}
+	if v, ok := c.GetQuery("status"); ok {
+		if f.Status, err = payments.ParseDeliveryStatus(v); err != nil {
+			return nil, err
+		}
+	}
+	page, err := s.svc.EndpointDeliveries(c.Request.Context(), scope(c), c.Param("id"), f)
+	if err != nil {
+		return nil, err
+	}
+	return payments.ListOf(page, payments.DeliveryRecord.Object), nil
+}
+
+func (s *Server) getEndpointDelivery(c *gin.Context) (any, error) {
+	return s.svc.EndpointDelivery(c.Request.Context(), scope(c), c.Param("id"), c.Param("delivery"))
+}
+
+func (s *Server) resendEvent(c *gin.Context) (any, error) {
+	var in payments.ResendInput
+	if err := bindJSON(c, &in); err != nil {
+		return nil, err
+	}
+	return s.svc.ResendEvent(c.Request.Context(), scope(c), c.Param("id"), in)
+}

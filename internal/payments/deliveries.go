@@ -1,7 +1,9 @@
 package payments
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 )
@@ -81,4 +83,147 @@ func DisableReason(a DeliveryAttempt, consecutiveFailures int) string {
 		return DisabledFailures
 	}
 	return ""
+}
+
+// DeliveryRecord is one delivery as the delivery log shows it.
+type DeliveryRecord struct {
+	ID               string
+	Live             bool
+	EndpointID       string
+	EventID          string
+	EventType        string
+	Status           string
+	Attempts         int
+	LastHTTPStatus   *int
+	LastResponseBody *string // the start of the last attempt's response (MaxAttemptResponse)
+	LastError        *string
+	NextAttemptAt    time.Time // meaningful while pending
+	Created          time.Time
+	DeliveredAt      *time.Time
+	// Log is every attempt, oldest first; read only for one delivery.
+	Log []AttemptRecord
+}
+
+// AttemptRecord is one attempt of a delivery, as kept in webhook_attempts.
+type AttemptRecord struct {
+	At           time.Time
+	HTTPStatus   *int
+	ResponseBody string
+	Error        *string
+}
+
+// DeliveryObject is a delivery as the API returns it.
+type DeliveryObject struct {
+	ID               string  `json:"id"`
+	Endpoint         string  `json:"endpoint"`
+	Event            string  `json:"event"`
+	EventType        string  `json:"event_type"`
+	Status           string  `json:"status"`
+	Attempts         int     `json:"attempts"`
+	LastHTTPStatus   *int    `json:"last_http_status"`
+	LastResponseBody *string `json:"last_response_body"`
+	LastError        *string `json:"last_error"`
+	// NextRetryAt is when the next attempt is due, while pending; null
+	// once it succeeded or failed.
+	NextRetryAt *int64 `json:"next_retry_at"`
+	Created     int64  `json:"created"`
+	DeliveredAt *int64 `json:"delivered_at"`
+	Livemode    bool   `json:"livemode"`
+	// AttemptLog is every attempt, oldest first: only on the one-delivery
+	// read (GET …/deliveries/{delivery}).
+	AttemptLog *[]AttemptObject `json:"attempt_log,omitempty"`
+}
+
+// AttemptObject is one attempt as the API returns it.
+type AttemptObject struct {
+	Created      int64   `json:"created"`
+	HTTPStatus   *int    `json:"http_status"`
+	ResponseBody string  `json:"response_body"`
+	Error        *string `json:"error"`
+}
+
+// Object returns the delivery's API shape; its attempt log when it was read.
+func (d DeliveryRecord) Object() DeliveryObject {
+	o := DeliveryObject{ID: d.ID, Endpoint: d.EndpointID, Event: d.EventID, EventType: d.EventType, Status: d.Status,
+		Attempts: d.Attempts, LastHTTPStatus: d.LastHTTPStatus, LastResponseBody: d.LastResponseBody, LastError: d.LastError,
+		Created: d.Created.Unix(), DeliveredAt: unixPtr(d.DeliveredAt), Livemode: d.Live}
+	if d.Status == DeliveryPending {
+		// Round up: asynq runs a retry within the second after its time.
+		next := d.NextAttemptAt.Add(time.Second - 1).Unix()
+		o.NextRetryAt = &next
+	}
+	if d.Log != nil {
+		log := make([]AttemptObject, 0, len(d.Log))
+		for _, a := range d.Log {
+			log = append(log, AttemptObject{Created: a.At.Unix(), HTTPStatus: a.HTTPStatus, ResponseBody: a.ResponseBody, Error: a.Error})
+		}
+		o.AttemptLog = &log
+	}
+	return o
+}
+
+// DeliveryFilter is the query of an endpoint's delivery log: a page, newest
+// first, optionally only the deliveries of one status.
+type DeliveryFilter struct {
+	ListParams
+	Status string // "" for all
+}
+
+// ParseDeliveryStatus reads the status filter of the delivery log.
+// Codes: validation_error naming status.
+func ParseDeliveryStatus(v string) (string, error) {
+	switch v {
+	case DeliveryPending, DeliverySucceeded, DeliveryFailed:
+		return v, nil
+	}
+	return "", Invalid("status", "must be %q, %q or %q", DeliveryPending, DeliverySucceeded, DeliveryFailed)
+}
+
+// EndpointDeliveries returns a page of an endpoint's delivery log, newest
+// first. Codes: endpoint_not_found, validation_error (unknown
+// starting_after).
+func (s *Service) EndpointDeliveries(ctx context.Context, sc Scope, endpointID string, f DeliveryFilter) (Page[DeliveryRecord], error) {
+	return s.store.EndpointDeliveries(ctx, sc, endpointID, f)
+}
+
+// EndpointDelivery returns one delivery of an endpoint with every attempt.
+// Codes: endpoint_not_found (for the endpoint or the delivery).
+func (s *Service) EndpointDelivery(ctx context.Context, sc Scope, endpointID, deliveryID string) (DeliveryObject, error) {
+	d, err := s.store.EndpointDelivery(ctx, sc, endpointID, deliveryID)
+	if err != nil {
+		return DeliveryObject{}, err
+	}
+	return d.Object(), nil
+}
+
+// ResendInput is the body of POST /v1/events/{id}/resend.
+type ResendInput struct {
+	Endpoint *string `json:"endpoint"`
+}
+
+// ResendEvent makes a new delivery of an event (same event id, same
+// payload) to one endpoint, through the same queue and retries as the
+// first; its signatures are made when it is sent. The endpoint must be
+// enabled and subscribed to the event's type. This is how a merchant
+// recovers events an endpoint missed (down past the retries, or disabled).
+// An event pruned by retention meanwhile is not found; while the new
+// delivery is pending the event is kept. Codes: endpoint_not_found (event
+// or endpoint), validation_error.
+func (s *Service) ResendEvent(ctx context.Context, sc Scope, eventID string, in ResendInput) (DeliveryObject, error) {
+	if in.Endpoint == nil || *in.Endpoint == "" {
+		return DeliveryObject{}, Invalid("endpoint", "is required")
+	}
+	d, err := s.store.ResendEvent(ctx, sc, eventID, *in.Endpoint, NewID("whd_"), s.clock.Base(), func(eventType string, e Endpoint) error {
+		if e.Status != EndpointEnabled {
+			return Invalid("endpoint", "%s is disabled; re-enable it (status \"enabled\") first", e.ID)
+		}
+		if !slices.Contains(e.Events, "*") && !slices.Contains(e.Events, eventType) {
+			return Invalid("endpoint", "%s does not receive %s events", e.ID, eventType)
+		}
+		return nil
+	})
+	if err != nil {
+		return DeliveryObject{}, err
+	}
+	return d.Object(), nil
 }

@@ -114,6 +114,14 @@ type Store interface {
 	UpdateEndpoint(ctx context.Context, sc Scope, id string, fn func(*Endpoint) error) (Endpoint, error)
 	// DeleteEndpoint marks it deleted and fails its pending deliveries.
 	DeleteEndpoint(ctx context.Context, sc Scope, id string, now time.Time) error
+	// EndpointDeliveries is a page of an endpoint's deliveries, newest first.
+	EndpointDeliveries(ctx context.Context, sc Scope, endpointID string, f DeliveryFilter) (Page[DeliveryRecord], error)
+	// EndpointDelivery is one delivery of an endpoint with its attempts.
+	EndpointDelivery(ctx context.Context, sc Scope, endpointID, deliveryID string) (DeliveryRecord, error)
+	// ResendEvent locks the event and the endpoint, runs check and inserts
+	// a pending delivery (id) of the event to the endpoint, enqueued after
+	// commit.
+	ResendEvent(ctx context.Context, sc Scope, eventID, endpointID, id string, now time.Time, check func(eventType string, e Endpoint) error) (DeliveryRecord, error)
 
 	// EventPage is a page of the scope's events, newest first, filtered.
 	EventPage(ctx context.Context, sc Scope, f EventFilter) (Page[StoredEvent], error)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lib/pq"
+
 	"paysvc/internal/payments"
 )
 
@@ -139,32 +141,53 @@ func (s *Store) EventScopes(ctx context.Context, before time.Time) ([]payments.S
 	return out, nil
 }
 
-// PruneEvents deletes, in one short statement (its own transaction), at
-// most limit of the scope's oldest events created before before — found on
-// events_page — together with their deliveries (and, by cascade, their
-// attempts). An event with a pending delivery is kept: it is still owed to
-// an endpoint. The rows are locked SKIP LOCKED, so the sweep never waits
-// on (nor blocks for long) anything else.
+// PruneEvents deletes, in one short transaction, at most limit of the
+// scope's oldest events created before before — found on events_page —
+// together with their deliveries (and, by cascade, their attempts). An
+// event with a pending delivery is kept: it is still owed to an endpoint.
+//
+// Two statements, so that a resend (ResendEvent) cannot slip between:
+// the first locks the candidates FOR UPDATE SKIP LOCKED (skipping any a
+// resend holds FOR KEY SHARE, so the sweep never waits); the second, on a
+// fresh snapshot, drops those that meanwhile got a pending delivery from a
+// resend that committed before the lock, and deletes the rest. A resend
+// that comes after the lock waits for it and then finds no event.
 func (s *Store) PruneEvents(ctx context.Context, sc payments.Scope, before time.Time, limit int) (int, error) {
-	const q = `WITH doomed AS (
-		SELECT e.id FROM events e
+	n := 0
+	err := s.inTx(ctx, func(tx *txn) error {
+		const pick = `SELECT e.id FROM events e
 		WHERE e.merchant_id = $1 AND e.livemode = $2 AND e.created_at < $3
 			AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
 				WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = e.id AND d.status = 'pending')
 		ORDER BY e.created_at, e.id LIMIT $4
-		FOR UPDATE SKIP LOCKED
-	), deliveries AS (
-		DELETE FROM webhook_deliveries d
-		WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = ANY (ARRAY (SELECT id FROM doomed))
-	)
-	DELETE FROM events e WHERE e.id = ANY (ARRAY (SELECT id FROM doomed)) -- the primary key, not a join that scans events`
-	res, err := s.db.ExecContext(ctx, q, sc.MerchantID, sc.Live, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("prune events: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("prune events: %w", err)
-	}
-	return int(n), nil
+		FOR UPDATE SKIP LOCKED`
+		var ids []string
+		if err := tx.SelectContext(ctx, &ids, pick, sc.MerchantID, sc.Live, before, limit); err != nil {
+			return fmt.Errorf("pick events to prune: %w", err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		const del = `WITH doomed AS (
+			SELECT unnest($3::text[]) AS id
+			EXCEPT
+			SELECT d.event_id FROM webhook_deliveries d
+			WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = ANY ($3::text[]) AND d.status = 'pending'
+		), deliveries AS (
+			DELETE FROM webhook_deliveries d
+			WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = ANY (ARRAY (SELECT id FROM doomed))
+		)
+		DELETE FROM events e WHERE e.id = ANY (ARRAY (SELECT id FROM doomed)) -- the primary key, not a join that scans events`
+		res, err := tx.ExecContext(ctx, del, sc.MerchantID, sc.Live, pq.StringArray(ids))
+		if err != nil {
+			return fmt.Errorf("prune events: %w", err)
+		}
+		rows, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("prune events: %w", err)
+		}
+		n = int(rows)
+		return nil
+	})
+	return n, err
 }

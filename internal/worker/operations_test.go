@@ -5,7 +5,9 @@ package worker_test
 // against real HTTPS receivers and a real asynq worker.
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"paysvc/internal/payments"
 	"paysvc/internal/processor/sandbox"
+	"paysvc/internal/webhook"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -81,6 +84,28 @@ func TestReenableAfterAutoDisable(t *testing.T) {
 	if ids := rc.eventIDs(); ids[len(ids)-1] != next {
 		t.Errorf("receiver: got events %v, want %s last", ids, next)
 	}
+
+	// Recovery of the event missed while disabled: a resend.
+	if _, err := s.svc.ResendEvent(context.Background(), sc, missed, payments.ResendInput{Endpoint: &ep.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if row := s.settled(t, ep.ID, missed, 30*time.Second); row.Status != "succeeded" {
+		t.Errorf("resent missed event: got %+v, want succeeded", row)
+	}
+	if ids := rc.eventIDs(); ids[len(ids)-1] != missed {
+		t.Errorf("receiver: got events %v, want %s last", ids, missed)
+	}
+
+	// The failed delivery's log holds every attempt's reason.
+	log, err := s.svc.EndpointDelivery(context.Background(), sc, ep.ID, s.delivery(t, ep.ID, first).ID)
+	if err != nil || log.AttemptLog == nil || len(*log.AttemptLog) != 10 {
+		t.Fatalf("attempt log of the failed delivery: got %+v, %v, want 10 attempts", log, err)
+	}
+	for i, a := range *log.AttemptLog {
+		if a.HTTPStatus == nil || *a.HTTPStatus != 500 || a.Error == nil || *a.Error != "receiver answered 500" {
+			t.Errorf("attempt %d: got %+v, want 500, receiver answered 500", i+1, a)
+		}
+	}
 }
 
 // TestDisablingFailsPendingDeliveries: deliveries pending when an endpoint
@@ -101,4 +126,69 @@ func TestDisablingFailsPendingDeliveries(t *testing.T) {
 	}
 	s.startWorker(t) // the queued tasks find their rows failed
 	rc.stays(t, 0, 500*time.Millisecond)
+}
+
+// TestDeliveryLogAndResend: the delivery log after a retry and a success
+// shows each attempt's status, body and error; a resend delivers the same
+// event (same id, same bytes) again, signed with the endpoint's secret.
+func TestDeliveryLogAndResend(t *testing.T) {
+	s := newDeliveryStack(t)
+	s.startWorker(t)
+	sc := payments.Scope{MerchantID: s.merchant(t, "Log shop")}
+	var n atomic.Int32
+	rc := newReceiver(t, func(int, *http.Request) int {
+		if n.Add(1) == 1 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	ep := s.endpoint(t, sc, rc.URL)
+	ev := s.eventOf(t, s.pay(t, sc, sandbox.CardSuccess, nil))
+	row := s.settled(t, ep.ID, ev, 30*time.Second)
+
+	page, err := s.svc.EndpointDeliveries(context.Background(), sc, ep.ID, payments.DeliveryFilter{ListParams: payments.ListParams{Limit: 10}})
+	if err != nil || len(page.Data) != 1 {
+		t.Fatalf("delivery log: got %+v, %v, want one delivery", page, err)
+	}
+	d := page.Data[0].Object()
+	if d.ID != row.ID || d.Event != ev || d.EventType != payments.EventPaymentSucceeded || d.Status != payments.DeliverySucceeded ||
+		d.Attempts != 2 || d.LastHTTPStatus == nil || *d.LastHTTPStatus != 200 || d.LastError != nil ||
+		d.NextRetryAt != nil || d.DeliveredAt == nil || d.LastResponseBody == nil {
+		t.Errorf("delivery log entry: got %+v, want succeeded after 2 attempts, last 200", d)
+	}
+	one, err := s.svc.EndpointDelivery(context.Background(), sc, ep.ID, row.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.AttemptLog == nil || len(*one.AttemptLog) != 2 {
+		t.Fatalf("attempt log: got %+v, want 2 attempts", one.AttemptLog)
+	}
+	if a := (*one.AttemptLog)[0]; a.HTTPStatus == nil || *a.HTTPStatus != 503 || a.Error == nil || *a.Error != "receiver answered 503" {
+		t.Errorf("attempt 1: got %+v, want 503 and its error", a)
+	}
+	if a := (*one.AttemptLog)[1]; a.HTTPStatus == nil || *a.HTTPStatus != 200 || a.Error != nil {
+		t.Errorf("attempt 2: got %+v, want 200 without error", a)
+	}
+
+	re, err := s.svc.ResendEvent(context.Background(), sc, ev, payments.ResendInput{Endpoint: &ep.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if re.ID == row.ID || re.Event != ev || re.Status != payments.DeliveryPending {
+		t.Fatalf("resend: got %+v, want a new pending delivery of %s", re, ev)
+	}
+	rc.waitCount(t, 3, 15*time.Second)
+	got := rc.requests()
+	first, again := got[1], got[2]
+	if again.Header.Get(webhook.EventIDHeader) != ev || !bytes.Equal(again.Body, first.Body) {
+		t.Errorf("resent request: got event %q, body %s, want %s with the first delivery's bytes %s",
+			again.Header.Get(webhook.EventIDHeader), again.Body, ev, first.Body)
+	}
+	if err := webhook.Verify(ep.Secret, again.Body, again.Header.Get(webhook.SignatureHeader)); err != nil {
+		t.Errorf("resent request signature: %v", err)
+	}
+	waitUntil(t, 10*time.Second, "resend succeeded", func() (bool, string) {
+		d, err := s.svc.EndpointDelivery(context.Background(), sc, ep.ID, re.ID)
+		return err == nil && d.Status == payments.DeliverySucceeded, fmt.Sprintf("%+v %v", d, err)
+	})
 }

@@ -1,0 +1,191 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"paysvc/internal/payments"
+)
+
+// deliveryLogRow is a delivery as the delivery log shows it.
+type deliveryLogRow struct {
+	ID               string         `db:"id"`
+	Live             bool           `db:"livemode"`
+	EndpointID       string         `db:"endpoint_id"`
+	EventID          string         `db:"event_id"`
+	EventType        string         `db:"event_type"`
+	Status           string         `db:"status"`
+	Attempts         int            `db:"attempts"`
+	LastStatus       sql.NullInt64  `db:"last_status"`
+	LastResponseBody sql.NullString `db:"last_response_body"`
+	LastError        sql.NullString `db:"last_error"`
+	NextAttemptAt    time.Time      `db:"next_attempt_at"`
+	CreatedAt        time.Time      `db:"created_at"`
+	DeliveredAt      sql.NullTime   `db:"delivered_at"`
+}
+
+func (r deliveryLogRow) record() payments.DeliveryRecord {
+	d := payments.DeliveryRecord{ID: r.ID, Live: r.Live, EndpointID: r.EndpointID, EventID: r.EventID, EventType: r.EventType,
+		Status: r.Status, Attempts: r.Attempts, LastResponseBody: strPtr(r.LastResponseBody), LastError: strPtr(r.LastError),
+		NextAttemptAt: r.NextAttemptAt, Created: r.CreatedAt, DeliveredAt: timePtr(r.DeliveredAt)}
+	if r.LastStatus.Valid {
+		st := int(r.LastStatus.Int64)
+		d.LastHTTPStatus = &st
+	}
+	return d
+}
+
+// deliveryLogSelect reads deliveries (aliased d) with their event's type and
+// the start of their last attempt's response, found on webhook_attempts'
+// (scope, delivery_id, created_at) index.
+const deliveryLogSelect = `SELECT d.id, d.livemode, d.endpoint_id, d.event_id, e.type AS event_type, d.status, d.attempts,
+	d.last_status, la.response_body AS last_response_body, d.last_error, d.next_attempt_at, d.created_at, d.delivered_at
+FROM webhook_deliveries d
+JOIN events e ON e.id = d.event_id
+LEFT JOIN LATERAL (SELECT a.response_body FROM webhook_attempts a
+	WHERE a.merchant_id = d.merchant_id AND a.livemode = d.livemode AND a.delivery_id = d.id
+	ORDER BY a.created_at DESC LIMIT 1) la ON true`
+
+// liveEndpoint checks that the scope has the endpoint, not deleted.
+func (s *Store) liveEndpoint(ctx context.Context, sc payments.Scope, id string) error {
+	const q = `SELECT true FROM webhook_endpoints WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND deleted_at IS NULL`
+	var ok bool
+	err := s.q.GetContext(ctx, &ok, q, sc.MerchantID, sc.Live, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return endpointNotFound(id)
+	}
+	if err != nil {
+		return fmt.Errorf("select endpoint: %w", err)
+	}
+	return nil
+}
+
+// EndpointDeliveries returns a page of an endpoint's deliveries, newest
+// first, on the webhook_deliveries_endpoint index; status "" is every
+// status. starting_after must be a delivery of that endpoint.
+func (s *Store) EndpointDeliveries(ctx context.Context, sc payments.Scope, endpointID string, f payments.DeliveryFilter) (payments.Page[payments.DeliveryRecord], error) {
+	if err := s.liveEndpoint(ctx, sc, endpointID); err != nil {
+		return payments.Page[payments.DeliveryRecord]{}, err
+	}
+	const where = deliveryLogSelect + `
+	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.endpoint_id = $3 AND ($4 = '' OR d.status = $4)`
+	const first = where + ` ORDER BY d.created_at DESC, d.id DESC LIMIT $5`
+	const after = where + ` AND (d.created_at, d.id) < ($5, $6) ORDER BY d.created_at DESC, d.id DESC LIMIT $7`
+	args := []any{sc.MerchantID, sc.Live, endpointID, f.Status}
+	q := first
+	if f.StartingAfter != "" {
+		const cq = `SELECT created_at, id FROM webhook_deliveries WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND endpoint_id = $4`
+		var c cursor
+		err := s.q.GetContext(ctx, &c, cq, sc.MerchantID, sc.Live, f.StartingAfter, endpointID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return payments.Page[payments.DeliveryRecord]{}, payments.Invalid("starting_after", "is not a known delivery of %s: '%s'", endpointID, f.StartingAfter)
+		}
+		if err != nil {
+			return payments.Page[payments.DeliveryRecord]{}, fmt.Errorf("select cursor: %w", err)
+		}
+		q = after
+		args = append(args, c.CreatedAt, c.ID)
+	}
+	var rows []deliveryLogRow
+	if err := s.q.SelectContext(ctx, &rows, q, append(args, f.Limit+1)...); err != nil {
+		return payments.Page[payments.DeliveryRecord]{}, fmt.Errorf("select deliveries: %w", err)
+	}
+	out := make([]payments.DeliveryRecord, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, r.record())
+	}
+	return page(out, f.Limit), nil
+}
+
+// EndpointDelivery returns one delivery of an endpoint with every attempt,
+// oldest first; endpoint_not_found for an unknown endpoint or delivery.
+func (s *Store) EndpointDelivery(ctx context.Context, sc payments.Scope, endpointID, deliveryID string) (payments.DeliveryRecord, error) {
+	if err := s.liveEndpoint(ctx, sc, endpointID); err != nil {
+		return payments.DeliveryRecord{}, err
+	}
+	const q = deliveryLogSelect + `
+	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.endpoint_id = $3 AND d.id = $4`
+	var r deliveryLogRow
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, endpointID, deliveryID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.DeliveryRecord{}, payments.Errorf(payments.EndpointNotFound, "No such delivery: '%s'", deliveryID)
+	}
+	if err != nil {
+		return payments.DeliveryRecord{}, fmt.Errorf("select delivery: %w", err)
+	}
+	var attempts []struct {
+		At           time.Time      `db:"created_at"`
+		HTTPStatus   sql.NullInt64  `db:"http_status"`
+		ResponseBody string         `db:"response_body"`
+		Error        sql.NullString `db:"error"`
+	}
+	const aq = `SELECT created_at, http_status, response_body, error FROM webhook_attempts
+	WHERE merchant_id = $1 AND livemode = $2 AND delivery_id = $3 ORDER BY created_at, id`
+	if err := s.q.SelectContext(ctx, &attempts, aq, sc.MerchantID, sc.Live, deliveryID); err != nil {
+		return payments.DeliveryRecord{}, fmt.Errorf("select attempts: %w", err)
+	}
+	d := r.record()
+	d.Log = make([]payments.AttemptRecord, 0, len(attempts))
+	for _, a := range attempts {
+		rec := payments.AttemptRecord{At: a.At, ResponseBody: a.ResponseBody, Error: strPtr(a.Error)}
+		if a.HTTPStatus.Valid {
+			st := int(a.HTTPStatus.Int64)
+			rec.HTTPStatus = &st
+		}
+		d.Log = append(d.Log, rec)
+	}
+	return d, nil
+}
+
+// ResendEvent inserts a new pending delivery of an event to an endpoint and
+// leaves its job for after commit (the queue of every delivery). The event
+// row is locked FOR KEY SHARE first: retention pruning locks the events it
+// deletes (FOR UPDATE SKIP LOCKED), so either it skips this event (whose new
+// pending delivery then keeps it) or it deleted it before, and the event is
+// not found.
+func (s *Store) ResendEvent(ctx context.Context, sc payments.Scope, eventID, endpointID, id string, now time.Time, check func(eventType string, e payments.Endpoint) error) (payments.DeliveryRecord, error) {
+	var d payments.DeliveryRecord
+	err := s.inTx(ctx, func(tx *txn) error {
+		var eventType string
+		const ev = `SELECT type FROM events WHERE merchant_id = $1 AND livemode = $2 AND id = $3 FOR KEY SHARE`
+		err := tx.GetContext(ctx, &eventType, ev, sc.MerchantID, sc.Live, eventID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return payments.Errorf(payments.EndpointNotFound, "No such event: '%s'", eventID)
+		}
+		if err != nil {
+			return fmt.Errorf("lock event: %w", err)
+		}
+		// FOR SHARE: a concurrent disable or delete waits for this insert,
+		// then fails the new delivery with the endpoint's other pending ones.
+		q := `SELECT ` + endpointCols + ` FROM webhook_endpoints
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND deleted_at IS NULL FOR SHARE`
+		var r endpointRow
+		err = tx.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, endpointID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return endpointNotFound(endpointID)
+		}
+		if err != nil {
+			return fmt.Errorf("lock endpoint: %w", err)
+		}
+		e, err := r.endpoint()
+		if err != nil {
+			return err
+		}
+		if err := check(eventType, e); err != nil {
+			return err
+		}
+		const ins = `INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, created_at)
+		VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6)`
+		if _, err := tx.ExecContext(ctx, ins, id, sc.MerchantID, sc.Live, eventID, endpointID, now); err != nil {
+			return fmt.Errorf("insert delivery: %w", err)
+		}
+		tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobDeliverWebhook, ID: id, MerchantID: sc.MerchantID, Live: sc.Live})
+		d = payments.DeliveryRecord{ID: id, Live: sc.Live, EndpointID: endpointID, EventID: eventID, EventType: eventType,
+			Status: payments.DeliveryPending, NextAttemptAt: now, Created: now}
+		return nil
+	})
+	return d, err
+}
