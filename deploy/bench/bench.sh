@@ -23,6 +23,8 @@
 #   BENCH_API_PORT / BENCH_ADMIN_PORT  listeners of the API under test (18080 / 18081)
 #   BENCH_REFUND_PAYMENTS  paid payments seeded for the refund runs (100000)
 #   BENCH_REFUND_RATE      open-model rate of the refund runs, req/s (200: below the hot payment's capacity)
+#   BENCH_DASH_PAYMENTS    payments of the dashboard's merchant, over its last 30 days (1000000)
+#   BENCH_DASH_RATE        open-model rate of the dashboard runs, req/s (100)
 #
 # Adding a scenario is one line in main(), see `scenario` below.
 # shellcheck disable=SC2016 # backquotes in printf formats are Markdown
@@ -50,6 +52,8 @@ BENCH_WEBHOOK_EVENTS=${BENCH_WEBHOOK_EVENTS:-10000}
 BENCH_WEBHOOK_RATE=${BENCH_WEBHOOK_RATE:-200}
 BENCH_REFUND_PAYMENTS=${BENCH_REFUND_PAYMENTS:-100000}
 BENCH_REFUND_RATE=${BENCH_REFUND_RATE:-200}
+BENCH_DASH_PAYMENTS=${BENCH_DASH_PAYMENTS:-1000000}
+BENCH_DASH_RATE=${BENCH_DASH_RATE:-100}
 
 export DATABASE_URL="$BENCH_PG/$BENCH_DB?sslmode=disable"
 export REDIS_URL="$BENCH_REDIS_URL"
@@ -318,6 +322,51 @@ refunds() {
 		'{"payment_intent":"'"$HOT_PAYMENT"'","amount":1}' insert
 }
 
+# dashboard: a merchant with BENCH_DASH_PAYMENTS succeeded test payments
+# spread over its last 30 days (with their ledger entries, which the home
+# page's chart sums, and the balance they make) and a dashboard user signed
+# in through the form; then its home page and payments list, the session
+# cookie in place of a key.
+dashboard() {
+	local mid cookie csrf pw=bench-dashboard-password
+	mid=$(bin/api merchant create --name 'Bench dashboard' | jq -er .id)
+	printf '%s\n' "$pw" | bin/api user create --merchant "$mid" --email bench@dashboard.example --password-stdin >/dev/null
+	log "seeding $BENCH_DASH_PAYMENTS paid payments for the dashboard's $mid"
+	pg -v mid="$mid" -v n="$BENCH_DASH_PAYMENTS" <<-'SQL'
+		WITH s AS MATERIALIZED (
+		    SELECT 'pi_' || substr(md5(random()::text || g::text), 1, 24) AS id,
+		           1000 + (g % 9000) AS amount, now() - random() * interval '30 days' AS ts
+		    FROM generate_series(1, :n::int) AS g
+		), p AS (
+		    INSERT INTO payment_intents (merchant_id, livemode, id, amount, amount_received, currency, status,
+		        fee_amount, succeeded_at, created_at, updated_at)
+		    SELECT :'mid', false, id, amount, amount, 'usd', 'succeeded', round(amount * 0.049) + 40, ts, ts, ts
+		    FROM s
+		    RETURNING id, amount, fee_amount, created_at
+		)
+		INSERT INTO ledger_entries (id, merchant_id, livemode, currency, type, amount, fee, source_id, created_at)
+		SELECT 'le_' || substr(md5(id), 1, 24), :'mid', false, 'usd', 'payment', amount - fee_amount, fee_amount, id, created_at
+		FROM p;
+		INSERT INTO balances (merchant_id, livemode, currency, ledger_total)
+		SELECT :'mid', false, 'usd', sum(amount) FROM ledger_entries WHERE merchant_id = :'mid';
+		VACUUM ANALYZE payment_intents;
+		VACUUM ANALYZE ledger_entries;
+	SQL
+	# Sign in as a browser does: the form's CSRF cookie and field, then the
+	# session cookie.
+	csrf=$(curl -s -c "$OUT/dash.cookies" "$API/dashboard/login" | sed -n 's/.*name="csrf_token" value="\([^"]*\)".*/\1/p')
+	curl -s -o /dev/null -b "$OUT/dash.cookies" -c "$OUT/dash.cookies" --data-urlencode "csrf_token=$csrf" \
+		--data-urlencode email=bench@dashboard.example --data-urlencode "password=$pw" "$API/dashboard/login"
+	cookie=$(awk '$6 == "dash_session" { print $7 }' "$OUT/dash.cookies")
+	[[ -n $cookie ]] || die "dashboard sign-in gave no session cookie"
+	[[ $(curl -s -o /dev/null -w '%{http_code}' -H "Cookie: dash_session=$cookie" "$API/dashboard/test") == 200 ]] ||
+		die "the dashboard's home page did not answer 200"
+	SCENARIO_RATE=$BENCH_DASH_RATE scenario "GET /dashboard/test (home, $BENCH_DASH_PAYMENTS payments)" \
+		GET /dashboard/test "" "" -H "Cookie: dash_session=$cookie"
+	SCENARIO_RATE=$BENCH_DASH_RATE scenario "GET /dashboard/test/payments ($BENCH_DASH_PAYMENTS payments)" \
+		GET /dashboard/test/payments "" "" -H "Cookie: dash_session=$cookie"
+}
+
 # ---------------------------------------------------------------------------
 # Report
 
@@ -508,6 +557,7 @@ ORDER BY created_at DESC, id DESC LIMIT 11;"
 
 	webhooks
 	refunds
+	dashboard
 	report
 }
 

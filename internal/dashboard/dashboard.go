@@ -63,6 +63,7 @@ type Dashboard struct {
 	byAddress *ratelimit.Window
 	mux       *http.ServeMux
 	pages     map[string]*template.Template
+	volume    volumeCache // the home page's chart
 }
 
 // New returns the dashboard.

@@ -11,6 +11,7 @@ import (
 
 	"paysvc/internal/dashboard"
 	"paysvc/internal/payments"
+	"paysvc/internal/processor/sandbox"
 )
 
 // Webhooks: adding an endpoint shows its secret once; a disabled endpoint
@@ -131,5 +132,56 @@ func TestSubscriptionCancel(t *testing.T) {
 	}
 	if a := post("/cancel", url.Values{"when": {"now"}}); a.status != http.StatusBadRequest || !strings.Contains(a.body, "validation_error") {
 		t.Errorf("cancel an ended subscription: got %d, want 400 validation_error", a.status)
+	}
+}
+
+// Disputes: evidence saved as a draft, then submitted (under_review);
+// after that the form is gone and a late post gets the API's
+// validation_error.
+func TestDisputeEvidence(t *testing.T) {
+	s := newStack(t, dashboard.Options{})
+	m, email := s.merchant(payments.RoleAdmin)
+	ctx := context.Background()
+	sc := payments.Scope{MerchantID: m}
+	s.pay(m, 10000, sandbox.CardSuccess)
+	disputed := s.pay(m, 2500, sandbox.CardDispute)
+	var pev, id string
+	if err := s.db.Get(&pev, `SELECT id FROM processor_events WHERE payment_intent_id = $1 AND type = 'dispute.created'`, disputed); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.svc.ApplyProcessorEvent(ctx, sc, pev); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Get(&id, `SELECT id FROM disputes WHERE payment_intent_id = $1`, disputed); err != nil {
+		t.Fatal(err)
+	}
+	c := s.client()
+	c.mustSignIn(email)
+	page := c.do("GET", "/dashboard/test/disputes/"+id, nil)
+	if page.status != http.StatusOK || !strings.Contains(page.body, `id="evidence-form"`) || !strings.Contains(page.body, "needs_response") {
+		t.Fatalf("dispute page: got %d, want the evidence form of a dispute needing a response", page.status)
+	}
+	tok := c.csrf("/dashboard/test/disputes/" + id)
+	a := c.do("POST", "/dashboard/test/disputes/"+id+"/evidence", url.Values{"csrf_token": {tok}, "customer_name": {"Ada"}, "submit": {"false"}})
+	if a.status != http.StatusSeeOther {
+		t.Fatalf("save evidence: got %d: %.300s", a.status, a.body)
+	}
+	if dp, _ := s.svc.Dispute(ctx, sc, id); dp.Evidence["customer_name"] != "Ada" || dp.Status != payments.DisputeNeedsResponse {
+		t.Errorf("after the draft: got %s %v, want needs_response with customer_name Ada", dp.Status, dp.Evidence)
+	}
+	a = c.do("POST", "/dashboard/test/disputes/"+id+"/evidence", url.Values{"csrf_token": {tok}, "customer_name": {"Ada"},
+		"uncategorized_text": {"receipt attached"}, "submit": {"true"}})
+	if a.status != http.StatusSeeOther {
+		t.Fatalf("submit evidence: got %d", a.status)
+	}
+	if dp, _ := s.svc.Dispute(ctx, sc, id); dp.Status != payments.DisputeUnderReview || dp.SubmittedAt == nil {
+		t.Errorf("after submitting: got %s, want under_review, submitted", dp.Status)
+	}
+	if page := c.do("GET", "/dashboard/test/disputes/"+id, nil); strings.Contains(page.body, `id="evidence-form"`) {
+		t.Error("the evidence form is still offered after submission")
+	}
+	a = c.do("POST", "/dashboard/test/disputes/"+id+"/evidence", url.Values{"csrf_token": {tok}, "customer_name": {"Eve"}, "submit": {"false"}})
+	if a.status != http.StatusBadRequest || !strings.Contains(a.body, "validation_error") {
+		t.Errorf("evidence after submission: got %d, want 400 validation_error", a.status)
 	}
 }

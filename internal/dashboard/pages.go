@@ -144,7 +144,7 @@ func (d *Dashboard) home(rq *request) {
 			NegativeAvailability: b.Available() < 0,
 		})
 	}
-	days, err := d.svc.DailyVolume(rq.ctx, rq.sc, 30)
+	days, err := d.dailyVolume(rq.ctx, rq.sc)
 	if err != nil {
 		d.internal(rq.w, rq.r, "read daily volume", err)
 		return
