@@ -57,6 +57,21 @@ type Processor interface {
 	// SubmitDisputeEvidence sends a dispute's evidence; the processor may
 	// decide at once (the sandbox does) or later.
 	SubmitDisputeEvidence(ctx context.Context, acct Account, e DisputeEvidence) (DisputeDecision, error)
+	// ChargeCard charges a card saved for later charges (a subscription's
+	// renewal, dunning retry or proration), without the customer present.
+	// CardCharge.Key is the idempotency key: asking again with the same key
+	// (a retry after a crash) returns the first answer and moves no money
+	// twice. A decline is an Outcome, not an error.
+	ChargeCard(ctx context.Context, acct Account, c CardCharge) (Outcome, error)
+}
+
+// CardCharge is a charge of a saved card.
+type CardCharge struct {
+	Key        string // our charge id and attempt: the idempotency key
+	CardID     string // the processor's reference of the saved card
+	CustomerID string
+	Amount     int64
+	Currency   string
 }
 
 // RefundRequest is a refund to execute.

@@ -6,6 +6,8 @@ package sandbox
 import (
 	"context"
 	"crypto/subtle"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -43,8 +45,8 @@ func New(db *sqlx.DB, baseURL string) *Sandbox {
 	return &Sandbox{db: db, baseURL: strings.TrimRight(baseURL, "/")}
 }
 
-// WithLatency makes refunds answer d after they are executed
-// (SANDBOX_REFUND_LATENCY), to emulate a slow processor.
+// WithLatency makes refunds and saved-card charges answer d after they
+// are executed (SANDBOX_REFUND_LATENCY), to emulate a slow processor.
 func (s *Sandbox) WithLatency(d time.Duration) *Sandbox {
 	s.latency = d
 	return s
@@ -183,4 +185,43 @@ func (s *Sandbox) SubmitDisputeEvidence(_ context.Context, _ processor.Account, 
 		return processor.DisputeDecision{Status: "lost"}, nil
 	}
 	return processor.DisputeDecision{Status: "under_review"}, nil
+}
+
+// ChargeCard charges a saved card once per key: the first call decides the
+// outcome from the card's behaviour, saved with it (payments.CardDeclines
+// declines every charge card_declined; the others succeed), and records
+// it; later calls with the key (a retry after a crash) answer from the
+// record. A card that is not the scope's is declined card_not_found.
+func (s *Sandbox) ChargeCard(ctx context.Context, acct processor.Account, c processor.CardCharge) (processor.Outcome, error) {
+	const charge = `INSERT INTO sandbox_card_charges (charge_key, merchant_id, livemode, card_id, amount, currency, succeeded, decline_code, last4)
+	SELECT $1, $2, $3, $4, $5, $6, behavior <> 'declines', CASE WHEN behavior = 'declines' THEN 'card_declined' END, last4
+	FROM sandbox_cards WHERE merchant_id = $2 AND livemode = $3 AND id = $4
+	ON CONFLICT (charge_key) DO NOTHING`
+	const answer = `SELECT succeeded, coalesce(decline_code, '') AS decline_code, last4 FROM sandbox_card_charges
+	WHERE charge_key = $1 AND merchant_id = $2 AND livemode = $3`
+	var r struct {
+		Succeeded   bool   `db:"succeeded"`
+		DeclineCode string `db:"decline_code"`
+		Last4       string `db:"last4"`
+	}
+	_, err := s.db.ExecContext(ctx, charge, c.Key, acct.MerchantID, acct.Live, c.CardID, c.Amount, c.Currency)
+	if err == nil {
+		err = s.db.GetContext(ctx, &r, answer, c.Key, acct.MerchantID, acct.Live)
+	}
+	if err == nil && s.latency > 0 {
+		// As for refunds: the window in which a worker can die having
+		// charged but not yet recorded it.
+		select {
+		case <-time.After(s.latency):
+		case <-ctx.Done():
+			return processor.Outcome{}, &processor.Error{Op: "charge_card", Retryable: true, Code: "timeout", Err: ctx.Err()}
+		}
+	}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return processor.Outcome{DeclineCode: "card_not_found"}, nil
+	case err != nil:
+		return processor.Outcome{}, &processor.Error{Op: "charge_card", Retryable: true, Code: "sandbox_unavailable", Err: err}
+	}
+	return processor.Outcome{Succeeded: r.Succeeded, DeclineCode: r.DeclineCode, Last4: r.Last4}, nil
 }
