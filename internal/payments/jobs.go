@@ -10,6 +10,9 @@ const (
 	JobExecuteRefund  JobKind = "refund"           // a pending refund
 	JobProcessorEvent JobKind = "processor_event"  // an unapplied processor event
 	JobSubmitEvidence JobKind = "dispute_evidence" // submitted evidence not yet sent to the processor
+	// JobSubscriptionCharge is a pending subscription charge (a renewal, a
+	// dunning retry, an always_invoice proration) to charge.
+	JobSubscriptionCharge JobKind = "subscription_charge"
 )
 
 // Job is work to enqueue once its transaction has committed.

@@ -19,6 +19,12 @@ type ClockAdvance struct {
 	Now             int64  `json:"now"`            // the scope's time after the move, Unix seconds
 	ExpiredSessions int    `json:"expired_sessions"`
 	ClosedDisputes  int    `json:"closed_disputes"`
+	// Renewals and RenewalFailures count the scope's renewal charges that
+	// succeeded and were declined (a dunning retry included);
+	// EndedSubscriptions its scheduled cancellations that took effect.
+	Renewals           int `json:"renewals"`
+	RenewalFailures    int `json:"renewal_failures"`
+	EndedSubscriptions int `json:"ended_subscriptions"`
 }
 
 // SweepBatch bounds one transaction of a sweep (session expiry, overdue
@@ -27,11 +33,12 @@ const SweepBatch = 500
 
 // AdvanceClock moves the scope's sandbox clock forward by `by` and then
 // runs, at once, the sweeps whose work may have come due (checkout-session
-// expiry, overdue disputes), so that a test sees their effects when the
-// command returns instead of at the scheduler's next tick. The sweeps are
-// the scheduler's own and idempotent: running them here as well as there
-// does nothing twice. Later time-based work (renewals, dunning) belongs
-// here too. Codes: validation_error (not the sandbox, by out of range, no
+// expiry, overdue disputes, renewals, dunning retries and scheduled
+// cancellations: the scope's charges that came due are charged before it
+// returns), so that a test sees their effects when the command returns
+// instead of at the scheduler's next tick. The sweeps are the scheduler's
+// own and idempotent: running them here as well as there does nothing
+// twice. Codes: validation_error (not the sandbox, by out of range, no
 // such merchant).
 func (s *Service) AdvanceClock(ctx context.Context, sc Scope, by time.Duration) (ClockAdvance, error) {
 	if s.clock.offsets == nil {
@@ -57,6 +64,9 @@ func (s *Service) AdvanceClock(ctx context.Context, sc Scope, by time.Duration) 
 		return out, err
 	}
 	if out.ClosedDisputes, err = Drain(ctx, s.CloseOverdueDisputes); err != nil {
+		return out, err
+	}
+	if err := s.runDueRenewals(ctx, sc, &out); err != nil {
 		return out, err
 	}
 	out.Now = s.clock.Now(ctx, sc).Unix()

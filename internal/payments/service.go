@@ -136,6 +136,7 @@ type Store interface {
 	SubscriptionStore
 	SubscriptionRecords
 	DashboardStore
+	SubscriptionCharges
 }
 
 // Service holds the use cases.

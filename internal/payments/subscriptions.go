@@ -203,22 +203,53 @@ func (s *Subscription) EndIfDue(now time.Time) bool {
 	return true
 }
 
+// BillRenewal fixes the amount of the renewal charge of the period that
+// follows the current one: one period at the current quantities plus the
+// pending prorations, which it bills (a credit larger than the period
+// carries over as the new pending amount). It is called when the renewal's
+// charge row is written, under the subscription's lock, so the amount
+// charged (on every dunning attempt) is the amount billed, whatever
+// quantity changes come while the charge is open.
+func (s *Subscription) BillRenewal() int64 {
+	amount := s.NextChargeAmount()
+	s.PendingProration = min(0, s.PeriodAmount()+s.PendingProration)
+	return amount
+}
+
+// NextPeriod is the period a renewal of the current one bills: from the
+// trial's end when trialing (the trial's end re-anchors the cycle), else
+// period n+1 of the anchor.
+func (s Subscription) NextPeriod() Period {
+	iv := s.Interval()
+	if s.inTrial() {
+		start := s.TrialEnd.UTC()
+		return Period{Start: start, End: PeriodEnd(start, iv, 1)}
+	}
+	return PeriodAt(s.Anchor, iv, s.CurrentPeriodEnd)
+}
+
 // Renewed moves a subscription whose period (or trial) ended to the next
-// period after that period's charge succeeded: active, the pending
-// prorations billed (a credit larger than the period carries over). A
-// trial's end re-anchors the cycle: the first paid period starts at the
-// trial's end. Otherwise period n+1 follows from the anchor.
+// period after that period's charge succeeded: active. A trial's end
+// re-anchors the cycle: the first paid period starts at the trial's end.
+// Otherwise period n+1 follows from the anchor. The charge's amount was
+// fixed, and the pending prorations billed, by BillRenewal.
 func (s *Subscription) Renewed() {
 	iv := s.Interval()
-	if s.Status == SubTrialing && s.TrialEnd != nil {
+	if s.inTrial() {
 		s.Anchor = s.TrialEnd.UTC()
 		s.CurrentPeriodStart, s.CurrentPeriodEnd = s.Anchor, PeriodEnd(s.Anchor, iv, 1)
 	} else {
 		next := PeriodAt(s.Anchor, iv, s.CurrentPeriodEnd)
 		s.CurrentPeriodStart, s.CurrentPeriodEnd = next.Start, next.End
 	}
-	s.PendingProration = min(0, s.PeriodAmount()+s.PendingProration)
-	s.Status = SubActive
+	s.Status, s.NextRetryAt = SubActive, nil
+}
+
+// inTrial reports whether the current period is the trial: trialing, or
+// past_due after the charge at the trial's end was declined. Its renewal
+// starts at the trial's end, which becomes the anchor.
+func (s Subscription) inTrial() bool {
+	return s.TrialEnd != nil && s.CurrentPeriodEnd.Equal(*s.TrialEnd)
 }
 
 // RenewalFailed marks a subscription whose renewal charge was declined

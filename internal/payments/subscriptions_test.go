@@ -163,7 +163,7 @@ func TestRenewedAnchors(t *testing.T) {
 	}
 }
 
-func TestRenewedBillsPending(t *testing.T) {
+func TestBillRenewal(t *testing.T) {
 	for _, c := range []struct{ pending, charge, after int64 }{
 		{1000, 6000, 0}, {-1000, 4000, 0}, {-5000, 0, 0}, {-7000, 0, -2000},
 	} {
@@ -171,7 +171,9 @@ func TestRenewedBillsPending(t *testing.T) {
 		if got := s.NextChargeAmount(); got != c.charge {
 			t.Errorf("pending %d: next charge %d, want %d", c.pending, got, c.charge)
 		}
-		s.Renewed()
+		if got := s.BillRenewal(); got != c.charge {
+			t.Errorf("pending %d: billed %d, want %d", c.pending, got, c.charge)
+		}
 		if s.PendingProration != c.after {
 			t.Errorf("pending %d: after the renewal %d pending, want %d", c.pending, s.PendingProration, c.after)
 		}

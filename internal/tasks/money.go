@@ -11,6 +11,9 @@ const (
 	TypeExecuteRefund  = "refund:execute"
 	TypeProcessorEvent = "processor:event"
 	TypeSubmitEvidence = "dispute:submit_evidence"
+	// TypeSubscriptionCharge charges a pending subscription charge once
+	// (payments.Service.ChargeSubscription).
+	TypeSubscriptionCharge = "subscription:charge"
 )
 
 // Ref names a row and its scope: what the money tasks carry. Handlers reload

@@ -43,6 +43,7 @@ type StrandedStore interface {
 	StrandedRefunds(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
 	StrandedProcessorEvents(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
 	StrandedEvidence(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
+	StrandedSubscriptionCharges(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
 }
 
 func refPayload(j payments.Job) any {
@@ -75,6 +76,13 @@ var Kinds = []Kind{
 		Job: payments.JobSubmitEvidence, Type: TypeSubmitEvidence, Queue: QueueCritical,
 		MaxRetry: MoneyMaxRetry, Timeout: time.Minute, Payload: refPayload,
 		Stranded: StrandedStore.StrandedEvidence,
+	},
+	{
+		// A pending subscription charge: a renewal, a dunning retry whose
+		// time came (the relay finds those), an always_invoice proration.
+		Job: payments.JobSubscriptionCharge, Type: TypeSubscriptionCharge, Queue: QueueCritical,
+		MaxRetry: MoneyMaxRetry, Timeout: time.Minute, Payload: refPayload,
+		Stranded: StrandedStore.StrandedSubscriptionCharges,
 	},
 }
 

@@ -20,12 +20,19 @@ var Queues = map[string]int{QueueCritical: 6, QueueDefault: 3, QueueLow: 1}
 
 // Maintenance task types, enqueued by the scheduler.
 const (
-	TypePruneIdempotency = "maintenance:prune_idempotency"
-	TypePruneViolations  = "maintenance:prune_violations"
-	TypeExpireSessions   = "sessions:expire"
-	TypeCloseDisputes    = "disputes:close_overdue"
-	TypePruneEvents      = "maintenance:prune_events"
+	TypePruneIdempotency   = "maintenance:prune_idempotency"
+	TypePruneViolations    = "maintenance:prune_violations"
+	TypeExpireSessions     = "sessions:expire"
+	TypeCloseDisputes      = "disputes:close_overdue"
+	TypePruneEvents        = "maintenance:prune_events"
+	TypeRenewSubscriptions = "subscriptions:renew"
 )
+
+// NewRenewSubscriptions runs the renewal sweep: ends scheduled
+// cancellations that came due and writes the charges of due renewals.
+func NewRenewSubscriptions() *asynq.Task {
+	return asynq.NewTask(TypeRenewSubscriptions, nil, asynq.Queue(QueueCritical), asynq.MaxRetry(3), asynq.Timeout(5*time.Minute))
+}
 
 // NewCloseOverdueDisputes closes disputes left unanswered past their due date.
 func NewCloseOverdueDisputes() *asynq.Task {

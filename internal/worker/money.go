@@ -27,6 +27,17 @@ func (h *Handlers) registerMoney(mux *asynq.ServeMux) {
 		_, err := h.Service.SendEvidence(ctx, sc, id)
 		return err
 	}))
+	mux.HandleFunc(tasks.TypeSubscriptionCharge, h.moneyTask(func(ctx context.Context, sc payments.Scope, id string) error {
+		ch, err := h.Service.ChargeSubscription(ctx, sc, id)
+		if payments.ErrorCode(err) == payments.SubscriptionNotFound {
+			return fmt.Errorf("subscription charge %s: %w: %w", id, err, asynq.SkipRetry)
+		}
+		if err == nil && ch.Attempts > 0 {
+			h.Log.InfoContext(ctx, "subscription charge attempted", "charge", ch.ID, "subscription", ch.SubscriptionID,
+				"status", ch.Status, "attempts", ch.Attempts)
+		}
+		return err
+	}))
 }
 
 // moneyTask decodes a tasks.Ref payload and runs fn on it. A row that does

@@ -35,6 +35,7 @@ func (h *Handlers) Register(mux *asynq.ServeMux) {
 	mux.HandleFunc(tasks.TypeExpireSessions, h.expireSessions)
 	mux.HandleFunc(tasks.TypeCloseDisputes, h.closeOverdueDisputes)
 	mux.HandleFunc(tasks.TypePruneEvents, h.pruneEvents)
+	mux.HandleFunc(tasks.TypeRenewSubscriptions, h.renewSubscriptions)
 	h.registerMoney(mux)
 }
 
@@ -46,6 +47,12 @@ func (h *Handlers) expireSessions(ctx context.Context, _ *asynq.Task) error {
 // closeOverdueDisputes closes unanswered disputes past their due date as lost.
 func (h *Handlers) closeOverdueDisputes(ctx context.Context, _ *asynq.Task) error {
 	return h.sweep(ctx, "closed overdue disputes as lost", h.Service.CloseOverdueDisputes)
+}
+
+// renewSubscriptions runs the renewal sweep until nothing is due; the
+// charges it writes are enqueued as their transactions commit.
+func (h *Handlers) renewSubscriptions(ctx context.Context, _ *asynq.Task) error {
+	return h.sweep(ctx, "renewed or ended subscriptions", h.Service.RenewDueSubscriptions)
 }
 
 // sweep drains a sweep (payments.Drain) and logs how many rows changed.
@@ -119,6 +126,7 @@ func Schedule() map[string]func() *asynq.Task {
 		"@every 1m":  tasks.NewExpireSessions,
 		"@every 5m":  tasks.NewCloseOverdueDisputes,
 		"@hourly":    tasks.NewPruneEvents,
+		"@every 60s": tasks.NewRenewSubscriptions, // a second key for every minute
 	}
 }
 

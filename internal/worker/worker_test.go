@@ -30,7 +30,7 @@ func TestScheduleHasBothMaintenanceTasks(t *testing.T) {
 		got = append(got, tk.Type())
 	}
 	slices.Sort(got)
-	want := []string{tasks.TypePruneIdempotency, tasks.TypePruneViolations, tasks.TypeExpireSessions, tasks.TypeCloseDisputes, tasks.TypePruneEvents}
+	want := []string{tasks.TypePruneIdempotency, tasks.TypePruneViolations, tasks.TypeExpireSessions, tasks.TypeCloseDisputes, tasks.TypePruneEvents, tasks.TypeRenewSubscriptions}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("Schedule() task types: got %v, want %v", got, want)
