@@ -422,6 +422,7 @@ var documentedRefusals = []string{
 	"with fees passed on exceeds",            // createPaymentIntent: the grossed-up amount above 99999999
 	"mixes the saved-price and inline forms", // createSubscriptionSession: a field of the other form
 	"next_page token",                        // listSubscriptions: page is a token of an earlier answer, sent alone
+	"no scheduled cancellation to resume",    // resumeSubscription: the subscription's state
 }
 
 // validationCodes are the codes that say a request broke a rule.
@@ -451,6 +452,7 @@ func TestOpenAPIGeneratedRequests(t *testing.T) {
 	_, dp := disputed(t, h, s, 5000)
 	var sp struct{ ID string }
 	h.do("POST", "/v1/subscription-products", s.key, map[string]any{"name": "Plan", "amount": 900, "currency": "usd", "interval": "monthly"}).data(t, &sp)
+	sub := newSubscription(t, h, s.key)
 	var whd struct{ Data []struct{ ID string } }
 	h.do("GET", "/v1/webhook-endpoints/"+we.ID+"/deliveries?limit=1", s.key, nil).data(t, &whd)
 	if len(whd.Data) != 1 {
@@ -465,7 +467,7 @@ func TestOpenAPIGeneratedRequests(t *testing.T) {
 	byPath := map[string]string{
 		"/v1/products/": prod.ID, "/v1/customers/": cus.ID, "/v1/payment-sessions/": cs,
 		"/v1/refunds/": re.ID, "/v1/disputes/": dp, "/v1/webhook-endpoints/": we.ID, "/v1/test-payments/": pi,
-		"/v1/subscription-products/": sp.ID, "/v1/events/": ev.Data[0].ID,
+		"/v1/subscription-products/": sp.ID, "/v1/events/": ev.Data[0].ID, "/v1/subscriptions/": sub.ID,
 		"/v1/webhook-endpoints/{id}/deliveries/": whd.Data[0].ID,
 	}
 	idFor := func(path string) string { // the longest matching prefix
