@@ -246,6 +246,21 @@ func TestBrowserKeysAndRefund(t *testing.T) {
 	if got := text(t, ctx, "#status"); got != "enabled" {
 		t.Errorf("got endpoint status %q after enabling, want enabled", got)
 	}
+	// An event now reaches it; resend that delivery from its page.
+	s.pay(m, 1000, sandbox.CardSuccess)
+	do(t, ctx, "resend a delivery",
+		chromedp.Navigate(s.url+"/dashboard/test/webhooks/"+we.ID),
+		chromedp.WaitVisible(chromedp.ID("deliveries")),
+		chromedp.Click(chromedp.CSS(`#deliveries a[href*="/deliveries/"]`)),
+		chromedp.WaitVisible(chromedp.ID("resend")),
+	)
+	screenshot(t, ctx, "webhook-delivery.png")
+	do(t, ctx, "click resend", chromedp.Click(chromedp.ID("resend")), chromedp.WaitVisible(chromedp.ID("notice")))
+	var n int
+	if err := s.db.Get(&n, `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, we.ID); err != nil || n != 2 {
+		t.Errorf("got %d deliveries after resending (%v), want 2", n, err)
+	}
+	do(t, ctx, "back to the endpoint", chromedp.Navigate(s.url+"/dashboard/test/webhooks/"+we.ID), chromedp.WaitVisible(chromedp.ID("deliveries")))
 	screenshot(t, ctx, "webhook-endpoint.png")
 
 	sub := s.subscription(m)

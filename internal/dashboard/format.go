@@ -254,6 +254,7 @@ var funcs = template.FuncMap{
 	},
 	// pair hands a shared row template the page's view and the rows.
 	"pair": func(v any, items any) map[string]any { return map[string]any{"V": v, "Items": items} },
+	"strs": func(v ...string) []string { return v },
 	"f1":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 }
 

@@ -15,6 +15,8 @@ func (d *Dashboard) moreRoutes() {
 	d.page("GET", "/webhooks/{id}", (*Dashboard).endpoint)
 	d.page("POST", "/webhooks/{id}/status", (*Dashboard).endpointStatus)
 	d.page("POST", "/webhooks/{id}/delete", (*Dashboard).deleteEndpoint)
+	d.page("GET", "/webhooks/{id}/deliveries/{delivery}", (*Dashboard).delivery)
+	d.page("POST", "/webhooks/{id}/deliveries/{delivery}/resend", (*Dashboard).resend)
 	d.page("GET", "/subscriptions", (*Dashboard).subscriptions)
 	d.page("GET", "/subscriptions/{id}", (*Dashboard).subscription)
 	d.page("POST", "/subscriptions/{id}/cancel", (*Dashboard).cancelSubscription)
@@ -77,7 +79,39 @@ func (d *Dashboard) createEndpoint(rq *request) {
 }
 
 type endpointView struct {
-	Endpoint payments.EndpointObject
+	Endpoint   payments.EndpointObject
+	Deliveries list[payments.DeliveryObject]
+	Status     string // the delivery log's filter
+}
+
+// endpointData reads an endpoint and a page of its delivery log, newest
+// first, filtered by ?status.
+func (d *Dashboard) endpointData(rq *request, id string) (*endpointView, error) {
+	e, err := d.svc.Endpoint(rq.ctx, rq.sc, id)
+	if err != nil {
+		return nil, err
+	}
+	q := rq.r.URL.Query()
+	f := payments.DeliveryFilter{ListParams: payments.ListParams{Limit: pageSize, StartingAfter: q.Get("starting_after")}}
+	if st, err := payments.ParseDeliveryStatus(q.Get("status")); err == nil {
+		f.Status = st
+	}
+	if f.StartingAfter != "" && !idPattern.MatchString(f.StartingAfter) {
+		f.StartingAfter = ""
+	}
+	p, err := d.svc.EndpointDeliveries(rq.ctx, rq.sc, id, f)
+	if err != nil {
+		return nil, err
+	}
+	ev := &endpointView{Endpoint: e, Status: f.Status,
+		Deliveries: list[payments.DeliveryObject]{Paged: f.StartingAfter != ""}}
+	for _, rec := range p.Data {
+		ev.Deliveries.Items = append(ev.Deliveries.Items, rec.Object())
+	}
+	if p.HasMore && len(p.Data) > 0 {
+		ev.Deliveries.Next = rq.r.URL.Path + "?status=" + f.Status + "&starting_after=" + p.Data[len(p.Data)-1].ID
+	}
+	return ev, nil
 }
 
 func (d *Dashboard) endpoint(rq *request) {
@@ -85,14 +119,96 @@ func (d *Dashboard) endpoint(rq *request) {
 	if !ok {
 		return
 	}
-	e, err := d.svc.Endpoint(rq.ctx, rq.sc, id)
+	ev, err := d.endpointData(rq, id)
 	if err != nil {
 		d.lookupFailed(rq, "read endpoint", err)
 		return
 	}
-	v := rq.view("Webhook endpoint "+id, "webhooks", endpointView{Endpoint: e})
+	v := rq.view("Webhook endpoint "+id, "webhooks", ev)
 	v.Notice = notices[rq.r.URL.Query().Get("done")]
 	d.show(rq, "endpoint.html", v)
+}
+
+// maxRequestShown bounds the request body a delivery's page shows (the
+// event's payload; its whole self is on the event's page).
+const maxRequestShown = 2048
+
+type deliveryView struct {
+	EndpointID string
+	Delivery   payments.DeliveryObject
+	Attempts   []payments.AttemptObject
+	Request    string // the start of the body each attempt POSTed
+	Truncated  bool
+}
+
+// delivery shows one delivery with every attempt: status code, error,
+// the start of the response, and the request it sent.
+func (d *Dashboard) delivery(rq *request) {
+	id, ok := d.objectID(rq)
+	if !ok {
+		return
+	}
+	did := rq.r.PathValue("delivery")
+	if !idPattern.MatchString(did) {
+		d.notFound(rq.w, rq.r)
+		return
+	}
+	dv, err := d.deliveryData(rq, id, did)
+	if err != nil {
+		d.lookupFailed(rq, "read delivery", err)
+		return
+	}
+	v := rq.view("Delivery "+did, "webhooks", dv)
+	v.Notice = notices[rq.r.URL.Query().Get("done")]
+	d.show(rq, "delivery.html", v)
+}
+
+func (d *Dashboard) deliveryData(rq *request, endpointID, deliveryID string) (*deliveryView, error) {
+	del, err := d.svc.EndpointDelivery(rq.ctx, rq.sc, endpointID, deliveryID)
+	if err != nil {
+		return nil, err
+	}
+	dv := &deliveryView{EndpointID: endpointID, Delivery: del}
+	if del.AttemptLog != nil {
+		dv.Attempts = *del.AttemptLog
+	}
+	// The event may have been pruned by retention since: the log stays.
+	if ev, err := d.svc.Event(rq.ctx, rq.sc, del.Event); err == nil {
+		dv.Request = prettyJSON(ev.Payload)
+		if len(dv.Request) > maxRequestShown {
+			dv.Request, dv.Truncated = strings.ToValidUTF8(dv.Request[:maxRequestShown], ""), true
+		}
+	}
+	return dv, nil
+}
+
+// resend sends a delivery's event to its endpoint again, as a new delivery
+// through the same queue and retries (the API's POST /v1/events/{id}/resend).
+func (d *Dashboard) resend(rq *request) {
+	id, ok := d.objectID(rq)
+	if !ok {
+		return
+	}
+	did := rq.r.PathValue("delivery")
+	if !idPattern.MatchString(did) {
+		d.notFound(rq.w, rq.r)
+		return
+	}
+	dv, err := d.deliveryData(rq, id, did)
+	if err != nil {
+		d.lookupFailed(rq, "read delivery", err)
+		return
+	}
+	nd, err := d.svc.ResendEvent(rq.ctx, rq.sc, dv.Delivery.Event, payments.ResendInput{Endpoint: &id})
+	if err != nil {
+		if payments.ErrorCode(err) == "" {
+			d.internal(rq.w, rq.r, "resend event", err)
+			return
+		}
+		d.show(rq, "delivery.html", rq.view("Delivery "+did, "webhooks", dv).fail(err))
+		return
+	}
+	http.Redirect(rq.w, rq.r, rq.base()+"/webhooks/"+id+"/deliveries/"+nd.ID+"?done=resent", http.StatusSeeOther)
 }
 
 // endpointStatus re-enables a disabled endpoint (its failure count starts

@@ -56,6 +56,25 @@ func TestWebhooksPages(t *testing.T) {
 	if e, _ := s.svc.Endpoint(context.Background(), sc, id); e.Status != payments.EndpointEnabled || e.FailureCount != 0 {
 		t.Errorf("after enabling: got status %s, %d failures; want enabled, 0", e.Status, e.FailureCount)
 	}
+	// An event after re-enabling is delivered to it (pending: no worker
+	// runs here); its delivery is in the log and resent from its page.
+	s.pay(m, 1000, sandbox.CardSuccess)
+	page := c.do("GET", "/dashboard/test/webhooks/"+id, nil)
+	did := regexp.MustCompile(`data-delivery="(whd_[^"]+)"`).FindStringSubmatch(page.body)
+	if page.status != http.StatusOK || did == nil || !strings.Contains(page.body, "payment_intent.succeeded") {
+		t.Fatalf("endpoint page: got %d, want the payment's delivery in the log: %.400s", page.status, page.body)
+	}
+	if a := c.do("GET", "/dashboard/test/webhooks/"+id+"/deliveries/"+did[1], nil); a.status != http.StatusOK || !strings.Contains(a.body, `id="request"`) {
+		t.Errorf("delivery page: got %d, want it with its request body", a.status)
+	}
+	a = c.do("POST", "/dashboard/test/webhooks/"+id+"/deliveries/"+did[1]+"/resend", url.Values{"csrf_token": {tok}})
+	if a.status != http.StatusSeeOther || !strings.Contains(a.header.Get("Location"), "/deliveries/whd_") || strings.Contains(a.header.Get("Location"), did[1]) {
+		t.Fatalf("resend: got %d to %q, want 303 to the new delivery", a.status, a.header.Get("Location"))
+	}
+	var n int
+	if err := s.db.Get(&n, `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1`, id); err != nil || n != 2 {
+		t.Errorf("got %d deliveries after the resend (%v), want 2", n, err)
+	}
 	// Another merchant's endpoint id is not found.
 	_, emailB := s.merchant(payments.RoleAdmin)
 	cb := s.client()
@@ -63,6 +82,12 @@ func TestWebhooksPages(t *testing.T) {
 	tokB := cb.csrf("/dashboard/test/webhooks")
 	if a := cb.do("GET", "/dashboard/test/webhooks/"+id, nil); a.status != http.StatusNotFound {
 		t.Errorf("another merchant's endpoint page: got %d, want 404", a.status)
+	}
+	if a := cb.do("GET", "/dashboard/test/webhooks/"+id+"/deliveries/"+did[1], nil); a.status != http.StatusNotFound {
+		t.Errorf("another merchant's delivery page: got %d, want 404", a.status)
+	}
+	if a := cb.do("POST", "/dashboard/test/webhooks/"+id+"/deliveries/"+did[1]+"/resend", url.Values{"csrf_token": {tokB}}); a.status != http.StatusNotFound {
+		t.Errorf("resend another merchant's delivery: got %d, want 404", a.status)
 	}
 	if a := cb.do("POST", "/dashboard/test/webhooks/"+id+"/delete", url.Values{"csrf_token": {tokB}}); a.status != http.StatusNotFound {
 		t.Errorf("delete another merchant's endpoint: got %d, want 404", a.status)

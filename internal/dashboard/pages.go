@@ -220,6 +220,7 @@ var notices = map[string]string{
 	"endpoint_enabled":  "Endpoint enabled. Its failure count starts again; new events are delivered to it.",
 	"endpoint_disabled": "Endpoint disabled. Nothing is delivered to it until you enable it.",
 	"endpoint_deleted":  "Endpoint deleted.",
+	"resent":            "Event sent again: this is its new delivery.",
 	"sub_cancel_end":    "The subscription will end with its current period.",
 	"sub_cancel_now":    "Subscription canceled.",
 	"sub_resume":        "The scheduled cancellation is withdrawn; the subscription renews as before.",
