@@ -31,7 +31,7 @@ type endpointView struct {
 	Secret      *string  `json:"secret"`
 }
 
-var secretPattern = regexp.MustCompile(`^whsec_[A-Za-z0-9]{32,}$`)
+var secretPattern = regexp.MustCompile(`^whsec_[A-Za-z0-9+/]{43}=$`) // base64 of 32 bytes (Standard Webhooks)
 
 // createEndpointOK registers an endpoint and returns it with its secret.
 func createEndpointOK(t *testing.T, h *harness, key string, body any, headers ...string) endpointView {

@@ -32,6 +32,9 @@ type Delivery struct {
 	URL          string
 	SecretSealed []byte
 	EndpointOK   bool // enabled and not deleted
+	// PreviousSecretSealed is the secret a rotation replaced, during its
+	// grace period (nil otherwise): deliveries are signed with both.
+	PreviousSecretSealed []byte
 }
 
 // ErrDeliveryNotFound is a delivery task whose row does not exist.

@@ -2,6 +2,8 @@ package payments
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"net/url"
 	"strings"
@@ -187,7 +189,7 @@ func (s *Service) CreateEndpoint(ctx context.Context, sc Scope, in EndpointInput
 	}
 	e := Endpoint{ID: NewID("we_"), Live: sc.Live, URL: *in.URL, Events: in.Events, Description: in.Description,
 		Status: EndpointEnabled, Created: s.clock.Now(ctx, sc)}
-	secret := "whsec_" + randomBase62(32)
+	secret := newSigningSecret()
 	sealed := s.sealer.Seal([]byte(secret), EndpointAAD(e.ID))
 	if err := s.store.CreateEndpoint(ctx, sc, e, sealed, MaxEndpoints); err != nil {
 		return EndpointObject{}, err
@@ -321,4 +323,18 @@ func (s *Service) UpdateEndpoint(ctx context.Context, sc Scope, id string, in En
 		return EndpointObject{}, err
 	}
 	return e.Object(), nil
+}
+
+// newSigningSecret returns a new signing secret in the Standard Webhooks
+// form: whsec_ and the standard base64 of 32 random bytes, which the
+// official libraries decode to the HMAC key of webhook-signature
+// (webhook.StandardKey). X-Service-Signature is keyed with the whole string,
+// as before. (Secrets made before were whsec_ and 32 base62 characters,
+// which is valid base64 too: they keep verifying both ways.)
+func newSigningSecret() string {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		panic("crypto/rand: " + err.Error()) // never fails on Linux
+	}
+	return "whsec_" + base64.StdEncoding.EncodeToString(key)
 }

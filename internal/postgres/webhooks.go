@@ -189,6 +189,7 @@ type deliveryRow struct {
 	URL          string `db:"url"`
 	SecretSealed []byte `db:"secret_sealed"`
 	EndpointOK   bool   `db:"endpoint_ok"`
+	Previous     []byte `db:"previous_secret_sealed"`
 }
 
 // DeliveryForSend loads a delivery with its event's payload (the exact bytes
@@ -197,7 +198,8 @@ type deliveryRow struct {
 func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id string) (payments.Delivery, error) {
 	const q = `SELECT d.id, d.merchant_id, d.livemode, d.status, d.attempts, e.id AS event_id, e.type AS event_type,
 		` + eventPayload + ` AS payload,
-		we.id AS endpoint_id, we.url, we.secret_sealed, (we.status = 'enabled' AND we.deleted_at IS NULL) AS endpoint_ok
+		we.id AS endpoint_id, we.url, we.secret_sealed, (we.status = 'enabled' AND we.deleted_at IS NULL) AS endpoint_ok,
+		CASE WHEN we.previous_secret_expires_at > now() THEN we.previous_secret_sealed END AS previous_secret_sealed
 	FROM webhook_deliveries d
 	JOIN events e ON e.id = d.event_id
 	JOIN webhook_endpoints we ON we.id = d.endpoint_id
@@ -210,7 +212,9 @@ func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id strin
 	if err != nil {
 		return payments.Delivery{}, fmt.Errorf("select delivery: %w", err)
 	}
-	return payments.Delivery(r), nil
+	return payments.Delivery{ID: r.ID, MerchantID: r.MerchantID, Live: r.Live, Status: r.Status, Attempts: r.Attempts,
+		EventID: r.EventID, EventType: r.EventType, Payload: r.Payload, EndpointID: r.EndpointID, URL: r.URL,
+		SecretSealed: r.SecretSealed, EndpointOK: r.EndpointOK, PreviousSecretSealed: r.Previous}, nil
 }
 
 // RecordAttempt keeps an attempt (a webhook_attempts row) and stores its

@@ -1,6 +1,16 @@
 // Package webhook signs, sends and verifies webhook deliveries.
 //
-// A receiver verifies a delivery like this (see README "Webhooks"):
+// Every delivery carries two signatures of its exact body:
+//   - X-Service-Signature (the spec's): sha256=<hex> of HMAC-SHA256 keyed
+//     with the whole secret string, made with the endpoint's current secret;
+//   - Standard Webhooks (https://www.standardwebhooks.com): webhook-id (the
+//     event id), webhook-timestamp (Unix seconds of the attempt) and
+//     webhook-signature, "v1,<base64>" of HMAC-SHA256 over
+//     "<webhook-id>.<webhook-timestamp>.<body>" keyed with the bytes the
+//     secret encodes (StandardKey), one per secret in force, space-separated:
+//     during a rotation's grace period the current and the previous secret.
+//
+// A receiver verifies the spec's signature like this (see README "Webhooks"):
 //
 //	body, _ := io.ReadAll(r.Body) // the exact bytes, before any JSON decoding
 //	if err := webhook.Verify(secret, body, r.Header.Get(webhook.SignatureHeader)); err != nil {
@@ -13,9 +23,13 @@ package webhook
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"net/http"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Delivery headers.
@@ -25,7 +39,65 @@ const (
 	EventTypeHeader = "X-Service-Event-Type"
 )
 
+// Standard Webhooks headers (lower-case, as the specification writes them).
+const (
+	StandardIDHeader        = "webhook-id"
+	StandardTimestampHeader = "webhook-timestamp"
+	StandardSignatureHeader = "webhook-signature"
+)
+
 const signaturePrefix = "sha256="
+
+// SecretPrefix starts every signing secret.
+const SecretPrefix = "whsec_"
+
+// StandardKey returns the Standard Webhooks HMAC key of a secret: what the
+// part after whsec_ encodes in standard base64, as the official libraries
+// read it. Secrets made before issue 13 are whsec_ and 32 base62
+// characters: valid base64 (32 characters of its alphabet, no padding
+// needed) of 24 bytes, so the libraries read them unchanged too. A secret
+// that is not base64 at all (none is made) is used as its own bytes.
+func StandardKey(secret string) []byte {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, SecretPrefix))
+	if err != nil || len(key) == 0 {
+		return []byte(secret)
+	}
+	return key
+}
+
+// SignStandard returns one Standard Webhooks signature, "v1,<base64>" of
+// HMAC-SHA256(key, "<msgID>.<timestamp>.<body>").
+func SignStandard(key []byte, msgID string, timestamp int64, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(msgID))
+	mac.Write([]byte{'.'})
+	mac.Write(strconv.AppendInt(nil, timestamp, 10))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// SignHeaders sets the signature and event headers of one delivery attempt
+// of body, made at `at`: X-Service-Signature with secrets[0] (the current
+// secret), and the Standard Webhooks headers with a v1 signature for every
+// secret (the current one, then the previous one during a rotation's grace
+// period), space-separated as the specification allows. The API's
+// deliveries and `api listen` both sign through here, so they cannot differ.
+func SignHeaders(h http.Header, secrets []string, eventID, eventType string, at time.Time, body []byte) {
+	ts := at.Unix()
+	sigs := make([]string, 0, len(secrets))
+	for _, s := range secrets {
+		sigs = append(sigs, SignStandard(StandardKey(s), eventID, ts, body))
+	}
+	h.Set(SignatureHeader, Sign(secrets[0], body))
+	h.Set(EventIDHeader, eventID)
+	h.Set(EventTypeHeader, eventType)
+	// Set canonicalises the names (Webhook-Id); HTTP header names are
+	// case-insensitive, and HTTP/2 sends them in lower case.
+	h.Set(StandardIDHeader, eventID)
+	h.Set(StandardTimestampHeader, strconv.FormatInt(ts, 10))
+	h.Set(StandardSignatureHeader, strings.Join(sigs, " "))
+}
 
 // Sign returns the X-Service-Signature value of body: "sha256=" and the hex
 // HMAC-SHA256 of the exact bytes, keyed with the endpoint's secret.

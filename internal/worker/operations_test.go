@@ -7,11 +7,17 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"paysvc/internal/payments"
 	"paysvc/internal/processor/sandbox"
@@ -191,4 +197,64 @@ func TestDeliveryLogAndResend(t *testing.T) {
 		d, err := s.svc.EndpointDelivery(context.Background(), sc, ep.ID, re.ID)
 		return err == nil && d.Status == payments.DeliverySucceeded, fmt.Sprintf("%+v %v", d, err)
 	})
+}
+
+// TestStandardWebhooksLibraryVerifiesDeliveries: the official Standard
+// Webhooks Go library verifies real deliveries with the endpoint's secret
+// exactly as the API returned it, for a new secret and for one of the form
+// made before issue 13 (whsec_ and 32 base62 characters); the spec's
+// X-Service-Signature verifies as before.
+func TestStandardWebhooksLibraryVerifiesDeliveries(t *testing.T) {
+	s := newDeliveryStack(t)
+	s.startWorker(t)
+	sc := payments.Scope{MerchantID: s.merchant(t, "Standard shop")}
+	rcNew, rcOld := newReceiver(t, nil), newReceiver(t, nil)
+	epNew := s.endpoint(t, sc, rcNew.URL)
+	epOld := s.endpoint(t, sc, rcOld.URL)
+	// A secret as CreateEndpoint made them before: whsec_ + 32 base62.
+	oldSecret := "whsec_" + strings.Repeat("Ab3dEfGh", 4)
+	if _, err := s.db.Exec(`UPDATE webhook_endpoints SET secret_sealed = $1 WHERE id = $2`,
+		s.box.Seal([]byte(oldSecret), payments.EndpointAAD(epOld.ID)), epOld.ID); err != nil {
+		t.Fatal(err)
+	}
+	meta := map[string]string{"note": `café "quoted" <b>&</b> ✓`}
+	ev := s.eventOf(t, s.pay(t, sc, sandbox.CardSuccess, meta))
+	for _, c := range []struct {
+		name   string
+		rc     *receiver
+		secret string
+	}{{"new secret", rcNew, epNew.Secret}, {"secret of the old form", rcOld, oldSecret}} {
+		t.Run(c.name, func(t *testing.T) {
+			c.rc.waitCount(t, 1, 15*time.Second)
+			req := c.rc.requests()[0]
+			wh, err := standardwebhooks.NewWebhook(c.secret)
+			if err != nil {
+				t.Fatalf("standardwebhooks.NewWebhook(secret as returned): %v", err)
+			}
+			if err := wh.Verify(req.Body, req.Header); err != nil {
+				t.Errorf("standardwebhooks Verify: got %v, want nil (headers %v)", err, req.Header)
+			}
+			if got := req.Header.Get("webhook-id"); got != ev {
+				t.Errorf("webhook-id: got %q, want the event id %s", got, ev)
+			}
+			ts, err := strconv.ParseInt(req.Header.Get("webhook-timestamp"), 10, 64)
+			if err != nil || time.Since(time.Unix(ts, 0)) > time.Minute {
+				t.Errorf("webhook-timestamp: got %q, want the attempt's Unix time", req.Header.Get("webhook-timestamp"))
+			}
+			if !regexp.MustCompile(`^v1,[A-Za-z0-9+/]{43}=$`).MatchString(req.Header.Get("webhook-signature")) {
+				t.Errorf("webhook-signature: got %q, want one v1,<base64>", req.Header.Get("webhook-signature"))
+			}
+			if err := wh.Verify(append(bytes.Clone(req.Body), ' '), req.Header); !errors.Is(err, standardwebhooks.ErrNoMatchingSignature) {
+				t.Errorf("tampered body: got %v, want ErrNoMatchingSignature", err)
+			}
+			replayed := req.Header.Clone()
+			replayed.Set("webhook-timestamp", strconv.FormatInt(time.Now().Add(-6*time.Minute).Unix(), 10))
+			if err := wh.Verify(req.Body, replayed); !errors.Is(err, standardwebhooks.ErrMessageTooOld) {
+				t.Errorf("timestamp 6 minutes old: got %v, want ErrMessageTooOld", err)
+			}
+			if err := webhook.Verify(c.secret, req.Body, req.Header.Get(webhook.SignatureHeader)); err != nil {
+				t.Errorf("X-Service-Signature: %v", err)
+			}
+		})
+	}
 }

@@ -77,7 +77,17 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("endpoint %s secret: %w", del.EndpointID, asynq.SkipRetry)
 	}
 
-	status, body, sendErr := d.send(ctx, del, string(secret))
+	secrets := []string{string(secret)}
+	if del.PreviousSecretSealed != nil { // a rotation's grace period: both sign
+		prev, err := d.Sealer.Open(del.PreviousSecretSealed, payments.EndpointAAD(del.EndpointID))
+		if err != nil {
+			d.Log.ErrorContext(ctx, "previous webhook secret does not open: was SECRETS_KEY changed?", "endpoint", del.EndpointID)
+		} else {
+			secrets = append(secrets, string(prev))
+		}
+	}
+
+	status, body, sendErr := d.send(ctx, del, secrets)
 	retry, _ := asynq.GetRetryCount(ctx)
 	maxRetry, ok := asynq.GetMaxRetry(ctx)
 	if !ok {
@@ -116,7 +126,7 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 // send POSTs the exact bytes it signs and returns the status and the start
 // of the response body (payments.AttemptResponse). A 2xx within the timeout
 // is success.
-func (d *Deliverer) send(ctx context.Context, del payments.Delivery, secret string) (int, string, error) {
+func (d *Deliverer) send(ctx context.Context, del payments.Delivery, secrets []string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, webhook.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, del.URL, bytes.NewReader(del.Payload))
@@ -125,9 +135,7 @@ func (d *Deliverer) send(ctx context.Context, del payments.Delivery, secret stri
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "paysvc-webhooks/1")
-	req.Header.Set(webhook.SignatureHeader, webhook.Sign(secret, del.Payload))
-	req.Header.Set(webhook.EventIDHeader, del.EventID)
-	req.Header.Set(webhook.EventTypeHeader, del.EventType)
+	webhook.SignHeaders(req.Header, secrets, del.EventID, del.EventType, d.Now(), del.Payload)
 	resp, err := d.Client.Do(req)
 	if err != nil {
 		return 0, "", fmt.Errorf("send: %v", err)
