@@ -10,12 +10,20 @@ STATICCHECK_VERSION ?= v0.8.2
 FUZZ_PKGS ?= ./internal/httpapi
 FUZZTIME  ?= 30s
 
-.PHONY: help build run test lint fuzz bench clean
+# The API and worker packages (and the store's) run again through PgBouncer,
+# but for the tests that wait a minute for Asynq to recover a killed
+# worker's task (nothing in them differs through the pooler).
+POOLED_PKGS ?= ./internal/httpapi ./internal/worker ./internal/postgres
+POOLED_SKIP ?= AfterWorkerKilled
+
+.PHONY: help build run test test-pooled lint fuzz bench clean
 
 help:
 	@echo "make build  - bin/api, bin/worker, bin/scheduler"
-	@echo "make run    - start PostgreSQL/Redis if needed, build, migrate, run all three (Ctrl-C stops)"
+	@echo "make run    - start PostgreSQL/Redis if needed, build, migrate, run all three (Ctrl-C stops);"
+	@echo "              POOLER=1 runs them through a local PgBouncer in transaction mode"
 	@echo "make test   - services (+chromium), go vet, go test -race"
+	@echo "make test-pooled - POOLED_PKGS through a local PgBouncer in transaction mode"
 	@echo "make lint   - gofmt, go vet, staticcheck $(STATICCHECK_VERSION)"
 	@echo "make fuzz   - each Fuzz target in FUZZ_PKGS ($(FUZZ_PKGS)) for FUZZTIME ($(FUZZTIME))"
 	@echo "make bench  - deploy/bench/bench.sh"
@@ -36,6 +44,18 @@ test:
 	bash deploy/local/services.sh --chromium
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# DATABASE_POOL_MODE=transaction, tested: the tests reach their databases
+# through deploy/local/pgbouncer.sh (transaction mode, 4 server connections
+# per database) and testenv's pool guard, which refuses named prepared
+# statements, two-round-trip queries, SET, LISTEN and session advisory locks.
+test-pooled:
+	bash deploy/local/services.sh
+	@url=$$(bash deploy/local/pgbouncer.sh start) || exit 1; \
+	echo "TEST_DATABASE_POOLER_URL=$$url DATABASE_POOL_MODE=transaction go test -race $(POOLED_PKGS)"; \
+	TEST_DATABASE_POOLER_URL="$$url" DATABASE_POOL_MODE=transaction \
+	  $(GO) test -race -count=1 -timeout 10m -skip '$(POOLED_SKIP)' $(POOLED_PKGS); rc=$$?; \
+	bash deploy/local/pgbouncer.sh stop; exit $$rc
 
 # .local (databases, possibly unreadable), .git, vendor and testdata are skipped.
 lint:

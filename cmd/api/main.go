@@ -152,7 +152,15 @@ func migrate(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	defer env.Close()
-	res, err := postgres.Migrate(ctx, env.DB.DB)
+	// Migrations run on DATABASE_DIRECT_URL: DDL and goose's bookkeeping
+	// expect one session throughout, which a transaction-mode pooler does
+	// not give.
+	direct, err := postgres.Open(ctx, env.Config.DatabaseDirectURL, 1)
+	if err != nil {
+		return fmt.Errorf("DATABASE_DIRECT_URL: %w", err)
+	}
+	defer direct.Close()
+	res, err := postgres.Migrate(ctx, direct.DB)
 	if err != nil {
 		return err
 	}

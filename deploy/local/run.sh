@@ -9,6 +9,7 @@
 # included; each takes its own admin listener by the configuration's rule:
 #   api ADMIN_ADDR (127.0.0.1:8081), worker its port +1, scheduler +2,
 # unless API_ADMIN_ADDR, WORKER_ADMIN_ADDR or SCHEDULER_ADMIN_ADDR is set.
+# POOLER=1 puts a local PgBouncer in transaction mode in front of PostgreSQL.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -19,6 +20,18 @@ for b in api worker scheduler; do
 done
 
 bash deploy/local/services.sh
+# POOLER=1 (make run POOLER=1): the three processes reach PostgreSQL through
+# a local PgBouncer in transaction mode (deploy/local/pgbouncer.sh), as at
+# scale; migrations keep the direct URL.
+if [ "${POOLER:-0}" = 1 ]; then
+  DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/payments?sslmode=disable}"
+  pooler=$(bash deploy/local/pgbouncer.sh start)
+  db="${DATABASE_URL#*://}"; db="${db#*/}"; db="${db%%\?*}"
+  export DATABASE_DIRECT_URL="${DATABASE_DIRECT_URL:-$DATABASE_URL}"
+  export DATABASE_URL="${pooler/\/\?//$db?}"
+  export DATABASE_POOL_MODE=transaction
+  echo "run.sh: through PgBouncer: DATABASE_URL=$DATABASE_URL (transaction mode), DATABASE_DIRECT_URL=$DATABASE_DIRECT_URL"
+fi
 echo "run.sh: bin/api migrate"
 bin/api migrate
 

@@ -55,7 +55,7 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 	if cfg.SecretsKeyIsDev && process != "cli" {
 		log.Warn("SECRETS_KEY is not set: using the built-in development key; webhook secrets are NOT protected at rest. Set SECRETS_KEY (openssl rand -base64 32) in production.")
 	}
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, maxConns)
+	db, err := postgres.OpenMode(ctx, cfg.DatabaseURL, maxConns, cfg.DatabasePoolMode, cfg.DatabasePoolerPrepared)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,18 @@ import (
 
 // Config is the whole configuration of api, worker and scheduler.
 type Config struct {
-	DatabaseURL         string
+	DatabaseURL string
+	// DatabasePoolMode is "session" or "transaction": the latter when
+	// DATABASE_URL goes through a transaction-mode pooler such as PgBouncer
+	// (README, "Running at scale").
+	DatabasePoolMode string
+	// DatabasePoolerPrepared keeps named prepared statements in
+	// transaction mode: only for PgBouncer 1.21 or later with
+	// max_prepared_statements > 0, which tracks them per server connection.
+	DatabasePoolerPrepared bool
+	// DatabaseDirectURL reaches PostgreSQL without the pooler (default
+	// DATABASE_URL): migrations and anything else that holds a session.
+	DatabaseDirectURL   string
 	RedisURL            string
 	APIAddr             string
 	AdminAddr           string     // the running process's admin listener: app.Setup picks it from AdminAddrs
@@ -127,6 +138,7 @@ func Load(getenv func(string) string) (Config, error) {
 
 	c := Config{
 		DatabaseURL:          get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/payments?sslmode=disable"),
+		DatabasePoolMode:     get("DATABASE_POOL_MODE", "session"),
 		RedisURL:             get("REDIS_URL", "redis://127.0.0.1:6379/0"),
 		APIAddr:              get("API_ADDR", ":8080"),
 		AdminUser:            getenv("ADMIN_USER"),
@@ -143,9 +155,21 @@ func Load(getenv func(string) string) (Config, error) {
 	c.AdminAddrs = adminAddrs(get, bad)
 	c.AdminAddr = c.AdminAddrs.API
 
-	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		bad("DATABASE_URL", "must be a postgres:// URL")
+	c.DatabaseDirectURL = get("DATABASE_DIRECT_URL", c.DatabaseURL)
+	for name, raw := range map[string]string{"DATABASE_URL": c.DatabaseURL, "DATABASE_DIRECT_URL": getenv("DATABASE_DIRECT_URL")} {
+		if name != "DATABASE_URL" && strings.TrimSpace(raw) == "" {
+			continue // the default, DATABASE_URL, is checked once
+		}
+		if u, err := url.Parse(strings.TrimSpace(raw)); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			bad(name, "must be a postgres:// URL")
+		}
 	}
+	switch c.DatabasePoolMode {
+	case "session", "transaction":
+	default:
+		bad("DATABASE_POOL_MODE", "must be session or transaction, got %q", c.DatabasePoolMode)
+	}
+	c.DatabasePoolerPrepared = boolean(get("DATABASE_POOLER_PREPARED_STATEMENTS", "false"), "DATABASE_POOLER_PREPARED_STATEMENTS", bad)
 	if _, err := redis.ParseURL(c.RedisURL); err != nil {
 		bad("REDIS_URL", "must be a redis:// URL (%v)", err)
 	}

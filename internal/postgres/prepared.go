@@ -20,12 +20,22 @@ import (
 // statement when there is one (database/sql prepares it once on that
 // connection and keeps it there), else unprepared — preparing it for the
 // pool would take a second connection while the request holds one.
+//
+// Behind a transaction-mode pooler (unprepared) nothing is prepared: a named
+// statement lives on one server connection, and the pooler sends the next
+// query to any. Queries then run as sqlx.DB's, each in one round trip
+// (binary_parameters, see OpenMode).
 type prepared struct {
-	db    *sqlx.DB
-	stmts sync.Map // query text → *sqlx.Stmt
+	db         *sqlx.DB
+	unprepared bool
+	stmts      sync.Map // query text → *sqlx.Stmt
 }
 
+// stmt returns query's statement, or nil when the pool must not prepare.
 func (p *prepared) stmt(ctx context.Context, query string) (*sqlx.Stmt, error) {
+	if p.unprepared {
+		return nil, nil
+	}
 	if st, ok := p.stmts.Load(query); ok {
 		return st.(*sqlx.Stmt), nil
 	}
@@ -60,6 +70,9 @@ func (p *prepared) GetContext(ctx context.Context, dest any, query string, args 
 	if err != nil {
 		return err
 	}
+	if st == nil {
+		return p.db.GetContext(ctx, dest, query, args...)
+	}
 	return st.GetContext(ctx, dest, args...)
 }
 
@@ -74,6 +87,9 @@ func (p *prepared) SelectContext(ctx context.Context, dest any, query string, ar
 	if err != nil {
 		return err
 	}
+	if st == nil {
+		return p.db.SelectContext(ctx, dest, query, args...)
+	}
 	return st.SelectContext(ctx, dest, args...)
 }
 
@@ -87,6 +103,9 @@ func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (
 	st, err := p.stmt(ctx, query)
 	if err != nil {
 		return nil, err
+	}
+	if st == nil {
+		return p.db.ExecContext(ctx, query, args...)
 	}
 	return st.ExecContext(ctx, args...)
 }
@@ -104,6 +123,9 @@ func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) 
 	if err != nil {
 		return nil, err
 	}
+	if st == nil {
+		return p.db.QueryContext(ctx, query, args...)
+	}
 	return st.QueryContext(ctx, args...)
 }
 
@@ -118,6 +140,9 @@ func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any)
 	if err != nil {
 		return nil, err
 	}
+	if st == nil {
+		return p.db.QueryxContext(ctx, query, args...)
+	}
 	return st.QueryxContext(ctx, args...)
 }
 
@@ -129,9 +154,9 @@ func (p *prepared) QueryRowxContext(ctx context.Context, query string, args ...a
 		return rt.tx.QueryRowxContext(ctx, query, args...)
 	}
 	st, err := p.stmt(ctx, query)
-	if err != nil {
-		// sqlx.Row carries its error; build one through a query that fails
-		// the same way, so callers see err on Scan.
+	if err != nil || st == nil {
+		// Unprepared; or a failed prepare, whose error sqlx.Row can only
+		// carry from a query that fails the same way, seen on Scan.
 		return p.db.QueryRowxContext(ctx, query, args...)
 	}
 	return st.QueryRowxContext(ctx, args...)

@@ -47,31 +47,72 @@ type txn struct {
 func New(db *sqlx.DB) *Store {
 	s := &Store{db: db}
 	s.q.db = db
+	s.q.unprepared = db.DriverName() == driverUnprepared
 	if n := db.Stats().MaxOpenConnections; n > 0 {
 		s.requestSlots = make(chan struct{}, max(1, n-max(1, n/4)))
 	}
 	return s
 }
 
-// Open connects to url and checks the connection. It turns on lib/pq's
-// binary_parameters, which sends a parameterized query in one round trip
-// instead of two (parse, then bind): round trips are what the API's
-// latency is made of. In that mode []byte parameters are sent as binary,
-// so only bytea columns take []byte; JSON is passed as a string.
+// Pool modes: how DATABASE_URL reaches PostgreSQL (DATABASE_POOL_MODE).
+const (
+	// PoolSession: each connection is a server session of its own
+	// (PostgreSQL directly, or a pooler in session mode).
+	PoolSession = "session"
+	// PoolTransaction: a pooler in transaction mode (PgBouncer's
+	// pool_mode=transaction) hands each transaction, and each statement
+	// outside one, to whichever server connection is free. Nothing may
+	// rely on session state between them: no named prepared statements,
+	// no SET, session advisory lock or LISTEN outside a transaction, and a
+	// parameterised query must travel in one round trip.
+	PoolTransaction = "transaction"
+)
+
+// driverUnprepared is the sqlx driver name of a pool on which the Store
+// must not prepare named statements (transaction pooling): the pool carries
+// its mode, so every Store built on it, a test's included, follows it.
+const driverUnprepared = "postgres-unprepared"
+
+func init() { sqlx.BindDriver(driverUnprepared, sqlx.DOLLAR) }
+
+// Open connects to url in session mode and checks the connection; see OpenMode.
 func Open(ctx context.Context, dsn string, maxConns int) (*sqlx.DB, error) {
+	return OpenMode(ctx, dsn, maxConns, PoolSession, true)
+}
+
+// OpenMode connects to url and checks the connection. It turns on lib/pq's
+// binary_parameters, which sends a parameterized query in one round trip
+// (parse, bind and execute) instead of two (parse, then bind): round trips
+// are what the API's latency is made of, and through a transaction-mode
+// pooler the second trip may reach another server connection, which then
+// runs another client's statement with these parameters, silently. In that
+// mode []byte parameters are sent as binary, so only bytea columns take
+// []byte; JSON is passed as a string. Under PoolTransaction the pool never
+// prepares named statements unless prepare says the pooler tracks them
+// (PgBouncer 1.21 or later with max_prepared_statements > 0), and
+// binary_parameters=no is refused.
+func OpenMode(ctx context.Context, dsn string, maxConns int, mode string, prepare bool) (*sqlx.DB, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
 	q := u.Query()
-	if q.Get("binary_parameters") == "" {
+	switch bp := q.Get("binary_parameters"); {
+	case bp == "":
 		q.Set("binary_parameters", "yes")
 		u.RawQuery = q.Encode()
+	case bp != "yes" && mode == PoolTransaction:
+		return nil, errors.New("database url: binary_parameters must be yes in transaction pool mode (one round trip per query)")
 	}
-	db, err := sqlx.Open("postgres", u.String())
+	driver := "postgres"
+	if mode == PoolTransaction && !prepare {
+		driver = driverUnprepared
+	}
+	sqldb, err := sql.Open("postgres", u.String())
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
+	db := sqlx.NewDb(sqldb, driver)
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)

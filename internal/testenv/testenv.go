@@ -2,6 +2,12 @@
 // database of their own, so test packages run in parallel without sharing
 // state. The servers come from TEST_DATABASE_URL / TEST_REDIS_URL, else the
 // loopback defaults (postgres://postgres@127.0.0.1:5432, redis://127.0.0.1:6379).
+//
+// With TEST_DATABASE_POOLER_URL (a transaction-mode PgBouncer in front of
+// that server, deploy/local/pgbouncer.sh) the tests reach their database
+// through the pooler, behind a PoolGuard, with DATABASE_POOL_MODE=transaction
+// (set for the binaries the tests start too): the configuration of
+// DATABASE_POOL_MODE=transaction, tested.
 package testenv
 
 import (
@@ -46,25 +52,67 @@ func redisBase() string {
 	return "redis://127.0.0.1:6379/"
 }
 
+func poolerURL() string { return os.Getenv("TEST_DATABASE_POOLER_URL") }
+
+// Pooled reports whether the tests run through a transaction-mode pooler.
+func Pooled() bool { return poolerURL() != "" }
+
+// PoolMode is the DATABASE_POOL_MODE of the tests' database URL.
+func PoolMode() string {
+	if Pooled() {
+		return postgres.PoolTransaction
+	}
+	return postgres.PoolSession
+}
+
 // testDB creates this process's database once.
 var testDB = sync.OnceValues(createDB)
 
 // DatabaseURL returns the URL of this test process's own migrated database,
 // creating it on first use. The name carries the pid; databases of
 // processes that are gone are dropped, so crashed runs leave nothing behind.
+// Through the pooler (Pooled), it is the pool guard's URL.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
-	url, err := testDB()
+	dbs, err := testDB()
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	return url
+	if dbs.guarded != "" {
+		return dbs.guarded
+	}
+	return dbs.direct
 }
 
-// DB returns a connection pool to this process's test database.
+// DirectDatabaseURL is DatabaseURL on the server itself, never the pooler.
+func DirectDatabaseURL(t testing.TB) string {
+	t.Helper()
+	dbs, err := testDB()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return dbs.direct
+}
+
+// PoolerDatabaseURL is DatabaseURL through the pooler without the guard;
+// the test is skipped when no pooler is configured.
+func PoolerDatabaseURL(t testing.TB) string {
+	t.Helper()
+	if !Pooled() {
+		t.Skip("no pooler: set TEST_DATABASE_POOLER_URL (make test-pooled starts one)")
+	}
+	dbs, err := testDB()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return dbs.pooled
+}
+
+// DB returns a connection pool to this process's test database, in the
+// tests' pool mode (PoolMode).
 func DB(t testing.TB) *sqlx.DB {
 	t.Helper()
-	db, err := postgres.Open(context.Background(), DatabaseURL(t), 20)
+	db, err := postgres.OpenMode(context.Background(), DatabaseURL(t), 20, PoolMode(), false)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -72,9 +120,35 @@ func DB(t testing.TB) *sqlx.DB {
 	return db
 }
 
+// testDBs are the URLs of this process's database: on the server, and
+// through the pooler without and with the guard (empty unless Pooled).
+type testDBs struct{ direct, pooled, guarded string }
+
+func createDB() (testDBs, error) {
+	direct, err := createDirectDB()
+	if err != nil || !Pooled() {
+		return testDBs{direct: direct}, err
+	}
+	pu, err := url.Parse(poolerURL())
+	if err != nil {
+		return testDBs{}, fmt.Errorf("TEST_DATABASE_POOLER_URL: %w", err)
+	}
+	du, _ := url.Parse(direct)
+	pu.Path = du.Path
+	g, err := StartPoolGuard(pu.Host)
+	if err != nil {
+		return testDBs{}, err
+	}
+	gu := *pu
+	gu.Host = g.Addr()
+	// The binaries the tests start (exec with os.Environ()) read it.
+	os.Setenv("DATABASE_POOL_MODE", postgres.PoolTransaction)
+	return testDBs{direct: direct, pooled: pu.String(), guarded: gu.String()}, nil
+}
+
 var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
 
-func createDB() (string, error) {
+func createDirectDB() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin, err := sql.Open("postgres", serverURL())
