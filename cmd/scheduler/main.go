@@ -11,7 +11,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"golang.org/x/sync/errgroup"
 
 	"paysvc/internal/admin"
@@ -44,32 +43,20 @@ func run(ctx context.Context) error {
 	}
 	defer env.Close()
 
-	sched := asynq.NewScheduler(env.RedisOpt, &asynq.SchedulerOpts{
-		Location: time.UTC,
-		Logger:   app.AsynqLogger{Log: env.Log},
-	})
-	for spec, task := range worker.Schedule() {
-		id, err := sched.Register(spec, task(), asynq.Unique(worker.ScheduleUnique))
-		if err != nil {
-			return fmt.Errorf("register %s %s: %w", spec, task().Type(), err)
-		}
-		env.Log.Info("scheduled", "spec", spec, "task", task().Type(), "entry", id)
-	}
-	if err := sched.Start(); err != nil {
-		return fmt.Errorf("start scheduler: %w", err)
-	}
-
 	enq, closeQueue := env.Enqueuer()
 	defer closeQueue()
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return admin.Serve(gctx, env.Config.AdminAddr, admin.Handler(*env.Admin()), env.Log) })
+	// Periodic jobs, one task per (job, tick) however many schedulers run
+	// (worker.Periodic); asynq's own Scheduler would enqueue each tick
+	// once per scheduler.
+	g.Go(func() error { return worker.Periodic(gctx, enq.Client, worker.Schedule(), time.Now, env.Log) })
 	g.Go(func() error {
 		worker.Relay(gctx, env.Store, enq, time.Now, relayEvery, relayGrace, env.Log) // real time: rows carry their merchant's offset
 		return nil
 	})
 	err = g.Wait()
-	sched.Shutdown()
 	env.Log.Info("stopped")
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil

@@ -118,7 +118,7 @@ func (h *Handlers) pruneEvents(ctx context.Context, _ *asynq.Task) error {
 	return nil
 }
 
-// Schedule is what cmd/scheduler registers: cron spec → task.
+// Schedule is what cmd/scheduler enqueues (Periodic): spec (see Every) → task.
 func Schedule() map[string]func() *asynq.Task {
 	return map[string]func() *asynq.Task{
 		"@every 10m": tasks.NewPruneIdempotency,
@@ -129,7 +129,3 @@ func Schedule() map[string]func() *asynq.Task {
 		"@every 60s": tasks.NewRenewSubscriptions, // a second key for every minute
 	}
 }
-
-// ScheduleUnique keeps two schedulers (say, during a deploy) from queueing
-// the same periodic task twice.
-const ScheduleUnique = 5 * time.Minute

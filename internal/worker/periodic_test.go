@@ -1,0 +1,129 @@
+package worker_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"paysvc/internal/tasks"
+	"paysvc/internal/testenv"
+	"paysvc/internal/worker"
+)
+
+func TestScheduleSpecsParse(t *testing.T) {
+	t.Parallel()
+	for spec := range worker.Schedule() {
+		if _, err := worker.Every(spec); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, bad := range []string{"", "@every", "@every 10ms", "@weekly", "*/5 * * * *"} {
+		if _, err := worker.Every(bad); err == nil {
+			t.Errorf("Every(%q): got nil error, want one", bad)
+		}
+	}
+}
+
+// TestTwoSchedulersRunEachTickOnce: two schedulers side by side, each with
+// its own Redis connection, over several ticks of two periodic jobs, with a
+// worker running the tasks as they come: each tick runs exactly once, no
+// tick is missed. (asynq's Scheduler, used before, would run each twice.)
+// Not parallel: it runs an asynq server on this binary's Redis database.
+func TestTwoSchedulersRunEachTickOnce(t *testing.T) {
+	redisOpt := testenv.RedisOpt(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const typeA, typeB = "test:periodic_a", "test:periodic_b"
+	schedule := map[string]func() *asynq.Task{
+		"@every 1s": func() *asynq.Task { return asynq.NewTask(typeA, nil, asynq.Queue(tasks.QueueDefault)) },
+		"@every 2s": func() *asynq.Task { return asynq.NewTask(typeB, nil, asynq.Queue(tasks.QueueLow)) },
+	}
+
+	var mu sync.Mutex
+	runs := map[string]int{} // task id → runs
+	srv := asynq.NewServer(redisOpt, asynq.Config{Concurrency: 4, Queues: tasks.Queues, LogLevel: asynq.WarnLevel, TaskCheckInterval: 50 * time.Millisecond})
+	mux := asynq.NewServeMux()
+	count := func(ctx context.Context, _ *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		mu.Lock()
+		runs[id]++
+		mu.Unlock()
+		return nil
+	}
+	mux.HandleFunc(typeA, count)
+	mux.HandleFunc(typeB, count)
+	if err := srv.Start(mux); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	start := time.Now()
+	// The second scheduler's clock is half a second late: it enqueues each
+	// tick after the first one's task has run, which must not run it again.
+	for _, skew := range []time.Duration{0, -500 * time.Millisecond} {
+		client := asynq.NewClient(redisOpt)
+		defer client.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			now := func() time.Time { return time.Now().Add(skew) }
+			if err := worker.Periodic(ctx, client, schedule, now, log); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	time.Sleep(6500 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	end := time.Now()
+	start = start.Add(-500 * time.Millisecond) // the late clock's first tick
+
+	// Every tick between start and end (the last one perhaps not yet
+	// enqueued when the schedulers stopped) must run, once.
+	want := map[string]bool{}
+	for typ, every := range map[string]time.Duration{typeA: time.Second, typeB: 2 * time.Second} {
+		for tick := start.Truncate(every); !tick.After(end); tick = tick.Add(every) {
+			want[worker.TickID(typ, tick)] = !tick.Add(every).After(end) // false: the last, maybe missed
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		missing := 0
+		for id, must := range want {
+			if must && runs[id] == 0 {
+				missing++
+			}
+		}
+		mu.Unlock()
+		if missing == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // a duplicate would be run by now too
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) < 8 {
+		t.Errorf("got %d ticks run, want at least 8 (6 of 1s, 3 of 2s): %v", len(runs), runs)
+	}
+	for id, n := range runs {
+		if _, ok := want[id]; !ok {
+			t.Errorf("task %s ran: not a tick between start and end", id)
+		}
+		if n != 1 {
+			t.Errorf("task %s ran %d times, want once", id, n)
+		}
+	}
+	for id, must := range want {
+		if must && runs[id] == 0 {
+			t.Errorf("tick %s never ran", id)
+		}
+	}
+}
