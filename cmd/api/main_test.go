@@ -205,6 +205,22 @@ func TestMigrate(t *testing.T) {
 			t.Errorf("second run: got applied %s, want []", got)
 		}
 
+		// Through a pooler, DATABASE_URL is the pooler and migrations take
+		// DATABASE_DIRECT_URL: here the empty database is the direct one.
+		name2 := name + "_direct"
+		if _, err := admin.Exec(`CREATE DATABASE ` + name2); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = admin.Exec(`DROP DATABASE IF EXISTS ` + name2 + ` WITH (FORCE)`) })
+		direct := *u
+		direct.Path = "/" + name2
+		t.Setenv("DATABASE_DIRECT_URL", direct.String())
+		viaDirect := cli(t, "migrate")
+		viaDirect.wantExit(t, 0, "migrate")
+		if applied, _ := viaDirect.decode(t)["applied"].([]any); len(applied) != len(first.decode(t)["applied"].([]any)) {
+			t.Errorf("with DATABASE_DIRECT_URL on an empty database: got applied %v, want every migration", applied)
+		}
+
 		db, err := postgres.Open(context.Background(), u.String(), 1)
 		if err != nil {
 			t.Fatal(err)
