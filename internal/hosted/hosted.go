@@ -256,6 +256,10 @@ func (p *Pages) plan(cs payments.CheckoutSession, now time.Time) *planView {
 
 // closedMessage is the 410 page of a session that can no longer be paid.
 func closedMessage(status string, cs payments.CheckoutSession) message {
+	if status == payments.SessionComplete && cs.Mode == payments.ModeSubscription {
+		return message{Title: "Subscribed", Message: "This subscription checkout is complete. Nothing more is charged here.",
+			Link: successURL(cs), LinkText: "Return to the shop"}
+	}
 	if status == payments.SessionComplete {
 		return message{Title: "Payment complete", Message: "This checkout session has already been paid. Nothing more is charged.",
 			Link: successURL(cs), LinkText: "Return to the shop"}

@@ -308,8 +308,9 @@ func TestSubscriptionCheckout(t *testing.T) {
 			t.Errorf("card number stored in %v", holders)
 		}
 		// Paying again: the session is complete, nothing more happens.
-		if r := payCheckout(t, h, cs.ID, cardForm(sandbox.CardSuccess, "ada@example.com", "Ada")); r.Status != http.StatusGone {
-			t.Errorf("paying a completed session: got %d, want 410", r.Status)
+		if r := payCheckout(t, h, cs.ID, cardForm(sandbox.CardSuccess, "ada@example.com", "Ada")); r.Status != http.StatusGone ||
+			!strings.Contains(r.Body, "Subscribed") {
+			t.Errorf("paying a completed session: got %d %.200s, want 410 Subscribed", r.Status, r.Body)
 		}
 		if n := subscriptionRows(t, h, s.id); n != 1 {
 			t.Errorf("got %d subscriptions, want 1", n)
@@ -553,4 +554,45 @@ func TestSubscriptionCancelResume(t *testing.T) {
 	// Malformed bodies are refused.
 	wantError(t, h.do("POST", "/v1/subscriptions/"+late.ID+"/resume", s.key, map[string]any{"x": 1}), 400, "validation_error")
 	wantError(t, h.do("POST", "/v1/subscriptions/"+late.ID+"/cancel", s.key, []int{1}), 400, "validation_error")
+}
+
+// TestSubscriptionSessionMachinery: a subscription session is a checkout
+// session like any other: an Idempotency-Key replays its creation, and the
+// expiry sweep closes it on its merchant's clock (checkout.session.expired),
+// after which the page no longer takes a card and nothing is created.
+func TestSubscriptionSessionMachinery(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	s := newShop(h)
+	body := inlineSubBody("name", "Club")
+	first := h.do("POST", "/v1/subscription-sessions", s.key, body, "Idempotency-Key", "sub-session-1")
+	again := h.do("POST", "/v1/subscription-sessions", s.key, body, "Idempotency-Key", "sub-session-1")
+	wantOK(t, first)
+	wantOK(t, again)
+	var a, b subSessionView
+	first.data(t, &a)
+	again.data(t, &b)
+	if a.ID != b.ID || again.Header.Get("Idempotent-Replayed") != "true" || sessionCount(t, h, s.id) != 1 {
+		t.Errorf("replay: got %s then %s (replayed %q), %d sessions; want one session replayed",
+			a.ID, b.ID, again.Header.Get("Idempotent-Replayed"), sessionCount(t, h, s.id))
+	}
+
+	if _, err := h.store.AdvanceClock(context.Background(), s.sc, 25*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.ExpireSessions(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	if got := getSessionOK(t, h, s.key, a.ID); got.Status != "expired" || got.URL != nil {
+		t.Errorf("after expiry: got status %s url %v, want expired and no url", got.Status, deref(got.URL))
+	}
+	if got := countType(events(t, h, s.id, false), "checkout.session.expired"); got != 1 {
+		t.Errorf("got %d checkout.session.expired events, want 1", got)
+	}
+	if r := payCheckout(t, h, a.ID, cardForm(sandbox.CardSuccess, "ada@example.com", "Ada")); r.Status != http.StatusGone {
+		t.Errorf("paying an expired session: got %d, want 410", r.Status)
+	}
+	if n := subscriptionRows(t, h, s.id); n != 0 {
+		t.Errorf("got %d subscriptions from an expired session, want 0", n)
+	}
 }
