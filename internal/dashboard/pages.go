@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -22,6 +23,11 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET "+Prefix+"/assets/{name}", asset)
 	// Everything else under /dashboard is an HTML 404, never the API's JSON.
 	m.HandleFunc(Prefix+"/", d.notFound)
+	// A trailing slash on a mode's home goes to it.
+	m.HandleFunc("GET "+Prefix+"/{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, Prefix, http.StatusMovedPermanently) })
+	m.HandleFunc("GET "+Prefix+"/test/{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, Prefix+"/test", http.StatusMovedPermanently)
+	})
 
 	d.page("GET", "", (*Dashboard).home)
 	d.page("GET", "/payments", (*Dashboard).payments)
@@ -445,11 +451,42 @@ func (d *Dashboard) product(rq *request) {
 	})
 }
 
+type eventsView struct {
+	list[eventSummary]
+	Type  string // the filter as typed
+	Types []string
+}
+
+// events lists the scope's events, filtered by ?type: one type, or a
+// prefix ending in * ("charge.*"), as GET /v1/events takes it.
 func (d *Dashboard) events(rq *request) {
-	listPage(d, rq, "Events", "events", "events.html", func(lp payments.ListParams) (payments.Page[eventSummary], error) {
-		p, err := d.svc.Events(rq.ctx, rq.sc, payments.EventFilter{ListParams: lp, Prefix: true})
-		return payments.Page[eventSummary]{Data: summarizeAll(p.Data), HasMore: p.HasMore}, err
-	}, func(e eventSummary) string { return e.ID })
+	lp, ok := d.listParams(rq)
+	if !ok {
+		return
+	}
+	typ := strings.TrimSpace(rq.r.URL.Query().Get("type"))
+	f := payments.EventFilter{ListParams: lp, Prefix: true}
+	v := rq.view("Events", "events", nil)
+	if typ != "" {
+		t, prefix, err := payments.ParseEventType(typ)
+		if err != nil {
+			v.fail(err)
+		} else {
+			f.Type, f.Prefix = t, prefix
+		}
+	}
+	p, err := d.svc.Events(rq.ctx, rq.sc, f)
+	if err != nil {
+		d.lookupFailed(rq, "list events", err)
+		return
+	}
+	ev := eventsView{Type: typ, Types: payments.EventTypes,
+		list: pageOf(rq, payments.Page[eventSummary]{Data: summarizeAll(p.Data), HasMore: p.HasMore}, func(e eventSummary) string { return e.ID })}
+	if ev.Next != "" && typ != "" {
+		ev.Next += "&type=" + url.QueryEscape(typ)
+	}
+	v.Data = ev
+	d.show(rq, "events.html", v)
 }
 
 func (d *Dashboard) event(rq *request) {

@@ -48,6 +48,18 @@ func TestPagesRender(t *testing.T) {
 	if live := c.do("GET", "/dashboard/payments", nil); strings.Contains(live.body, pi) || strings.Contains(live.body, `id="test-banner"`) {
 		t.Error("live payments page: got the test payment or the test banner, want neither")
 	}
+	if a := c.do("GET", "/dashboard/test/events?type=payment_intent.*", nil); a.status != http.StatusOK || !strings.Contains(a.body, "payment_intent.succeeded") {
+		t.Errorf("events filtered by payment_intent.*: got %d, want the payment's event", a.status)
+	}
+	if a := c.do("GET", "/dashboard/test/events?type=charge.*", nil); strings.Contains(a.body, "<code>payment_intent.succeeded</code>") {
+		t.Error("events filtered by charge.*: got the payment's event")
+	}
+	if a := c.do("GET", "/dashboard/test/events?type=nope", nil); a.status != http.StatusBadRequest || !strings.Contains(a.body, "validation_error") {
+		t.Errorf("events filtered by an unknown type: got %d, want 400 validation_error", a.status)
+	}
+	if a := c.do("GET", "/dashboard/test/", nil); a.status != http.StatusMovedPermanently || a.header.Get("Location") != "/dashboard/test" {
+		t.Errorf("GET /dashboard/test/: got %d to %q, want 301 to /dashboard/test", a.status, a.header.Get("Location"))
+	}
 	for _, path := range []string{"/dashboard/nope", "/dashboard/test/payments/pi_unknown", "/dashboard/test/payments/%00", "/dashboard/test/refunds/x/y"} {
 		a := c.do("GET", path, nil)
 		if a.status != http.StatusNotFound || !strings.Contains(a.header.Get("Content-Type"), "text/html") {
