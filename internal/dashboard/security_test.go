@@ -57,6 +57,15 @@ func TestPagesRender(t *testing.T) {
 	if a := c.do("GET", "/dashboard/test/events?type=nope", nil); a.status != http.StatusBadRequest || !strings.Contains(a.body, "validation_error") {
 		t.Errorf("events filtered by an unknown type: got %d, want 400 validation_error", a.status)
 	}
+	// Times in the viewer's zone: the page's script keeps it in dash_tz.
+	c.c.Jar.SetCookies(mustURL(s.url+"/dashboard"), []*http.Cookie{{Name: "dash_tz", Value: "Asia/Tokyo", Path: "/dashboard"}})
+	if a := c.do("GET", "/dashboard/test/payments/"+pi, nil); !strings.Contains(a.body, " JST</time>") {
+		t.Error("with dash_tz=Asia/Tokyo: want times rendered in JST")
+	}
+	c.c.Jar.SetCookies(mustURL(s.url+"/dashboard"), []*http.Cookie{{Name: "dash_tz", Value: "Not/AZone", Path: "/dashboard"}})
+	if a := c.do("GET", "/dashboard/test/payments/"+pi, nil); a.status != http.StatusOK || !strings.Contains(a.body, " UTC</time>") {
+		t.Errorf("with an unknown zone: got %d, want times in UTC", a.status)
+	}
 	if a := c.do("GET", "/dashboard/test/", nil); a.status != http.StatusMovedPermanently || a.header.Get("Location") != "/dashboard/test" {
 		t.Errorf("GET /dashboard/test/: got %d to %q, want 301 to /dashboard/test", a.status, a.header.Get("Location"))
 	}
