@@ -153,6 +153,14 @@ func TestBrowserKeysAndRefund(t *testing.T) {
 	if n := eval[int](t, ctx, `document.querySelectorAll("svg.bars rect").length`); n != 30 {
 		t.Errorf("got %d bars in the volume chart, want 30", n)
 	}
+	// The stylesheet and the script load under the page's CSP: the banner
+	// is styled, and the script re-rendered the times in the browser's zone.
+	if bg := eval[string](t, ctx, `getComputedStyle(document.getElementById("test-banner")).backgroundColor`); bg != "rgb(245, 166, 35)" {
+		t.Errorf("got banner background %q, want rgb(245, 166, 35): the stylesheet did not load", bg)
+	}
+	if !eval[bool](t, ctx, `Array.from(document.querySelectorAll("time")).every(t => t.title !== "")`) {
+		t.Error("the times were not re-rendered by the page's script")
+	}
 	screenshot(t, ctx, "home.png")
 
 	// Create a test key; its secret is shown once, with a copy button.
@@ -274,7 +282,7 @@ func TestBrowserKeysAndRefund(t *testing.T) {
 	)
 	screenshot(t, ctx, "subscription.png")
 
-	for _, page := range []string{"refunds", "customers", "events", "webhooks", "subscriptions"} {
+	for _, page := range []string{"refunds", "disputes", "customers", "products", "events", "webhooks", "subscriptions"} {
 		do(t, ctx, "open "+page, chromedp.Navigate(s.url+"/dashboard/test/"+page), chromedp.WaitVisible(chromedp.CSS("main h1")))
 		screenshot(t, ctx, page+".png")
 	}
