@@ -25,6 +25,7 @@
 #   BENCH_REFUND_RATE      open-model rate of the refund runs, req/s (200: below the hot payment's capacity)
 #   BENCH_DASH_PAYMENTS    payments of the dashboard's merchant, over its last 30 days (1000000)
 #   BENCH_DASH_RATE        open-model rate of the dashboard runs, req/s (100)
+#   BENCH_SUBS             subscriptions of the subscription list's merchant (100000)
 #
 # Adding a scenario is one line in main(), see `scenario` below.
 # shellcheck disable=SC2016 # backquotes in printf formats are Markdown
@@ -54,6 +55,7 @@ BENCH_REFUND_PAYMENTS=${BENCH_REFUND_PAYMENTS:-100000}
 BENCH_REFUND_RATE=${BENCH_REFUND_RATE:-200}
 BENCH_DASH_PAYMENTS=${BENCH_DASH_PAYMENTS:-1000000}
 BENCH_DASH_RATE=${BENCH_DASH_RATE:-100}
+BENCH_SUBS=${BENCH_SUBS:-100000}
 
 export DATABASE_URL="$BENCH_PG/$BENCH_DB?sslmode=disable"
 export REDIS_URL="$BENCH_REDIS_URL"
@@ -268,6 +270,54 @@ scenario() {
 	quiesce
 	bin/loadgen "${args[@]}" -conns "$BENCH_OPEN_CONNS" -rate "$rate" |
 		jq -c --arg ref "$ref" '. + {scenario:.name, kind:"open", ref:$ref}' | tee -a "$RESULTS" >&2
+}
+
+# seed_subscriptions: a merchant with BENCH_SUBS test subscriptions created
+# over the past year, one item each, a customer per ten of them; 90% active,
+# 5% trialing, 5% canceled, so status=all pages through every row while the
+# default (active) list skips some.
+seed_subscriptions() {
+	SUB_MERCHANT=$(bin/api merchant create --name 'Bench subscriptions' | jq -er .id)
+	SUB_KEY=$(bin/api key create --merchant "$SUB_MERCHANT" --mode test | jq -er .key)
+	log "seeding $BENCH_SUBS subscriptions for $SUB_MERCHANT"
+	pg -v mid="$SUB_MERCHANT" -v n="$BENCH_SUBS" <<-'SQL'
+		INSERT INTO customers (id, merchant_id, livemode, email, created_at, updated_at)
+		SELECT 'cus_bench' || g, :'mid', false, 'c' || g || '@example.com', now(), now()
+		FROM generate_series(0, :n::int / 10) AS g;
+		WITH s AS MATERIALIZED (
+		    SELECT g, 'sub_' || substr(md5(random()::text || g::text), 1, 24) AS id,
+		           date_trunc('second', now() - random() * interval '365 days') AS ts,
+		           CASE WHEN g % 20 = 0 THEN 'trialing' WHEN g % 20 = 1 THEN 'canceled' ELSE 'active' END AS status
+		    FROM generate_series(1, :n::int) AS g
+		), subs AS (
+		    INSERT INTO subscriptions (id, merchant_id, livemode, customer_id, status, currency, anchor,
+		        current_period_start, current_period_end, trial_end, canceled_at, ended_at, card_id, created_at, updated_at)
+		    SELECT id, :'mid', false, 'cus_bench' || (g / 10), status, 'usd', ts, ts, ts + interval '1 month',
+		           CASE WHEN status = 'trialing' THEN ts + interval '1 month' END,
+		           CASE WHEN status = 'canceled' THEN ts END, CASE WHEN status = 'canceled' THEN ts END,
+		           'card_bench', ts, ts
+		    FROM s
+		)
+		INSERT INTO subscription_items (id, merchant_id, livemode, subscription_id, price_id, name, amount, currency,
+		    interval, interval_count, quantity, created_at)
+		SELECT 'si_' || substr(md5(id), 1, 24), :'mid', false, id, 'price_bench', 'Bench plan', 1500, 'usd', 'month', 1,
+		       1 + g % 5, ts
+		FROM s;
+		VACUUM ANALYZE subscriptions, subscription_items;
+	SQL
+}
+
+# Subscriptions: creating an inline-price subscription session, and the
+# list (all statuses, then the default active filter) of a merchant with
+# BENCH_SUBS subscriptions.
+subscriptions() {
+	seed_subscriptions
+	local session='{"amount_cents":1500,"currency":"usd","interval":"month","name":"Bench plan","metadata":{"order":"{n}"},"success_url":"https://shop.example/ok?s={CHECKOUT_SESSION_ID}","cancel_url":"https://shop.example/plans"}'
+	SCENARIO_KEY=$SUB_KEY smoke POST /v1/subscription-sessions "$session"
+	SCENARIO_KEY=$SUB_KEY smoke GET '/v1/subscriptions?status=all&limit=10'
+	SCENARIO_KEY=$SUB_KEY scenario "POST /v1/subscription-sessions" POST /v1/subscription-sessions "$session" insert
+	SCENARIO_KEY=$SUB_KEY scenario "GET /v1/subscriptions?status=all ($BENCH_SUBS rows)" GET '/v1/subscriptions?status=all&limit=10' "" page
+	SCENARIO_KEY=$SUB_KEY scenario "GET /v1/subscriptions (active, $BENCH_SUBS rows)" GET '/v1/subscriptions?limit=10' "" page
 }
 
 # seed_refunds: a merchant with BENCH_REFUND_PAYMENTS succeeded test payments
@@ -557,6 +607,7 @@ ORDER BY created_at DESC, id DESC LIMIT 11;"
 
 	webhooks
 	refunds
+	subscriptions
 	dashboard
 	report
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -154,35 +155,33 @@ func subscription(ctx context.Context, q sqlx.QueryerContext, sc payments.Scope,
 }
 
 // Subscriptions returns a page of the scope's subscriptions, newest first,
-// filtered by status and customer. Each combination of filters has its own
-// keyset index (subscriptions_page, _status_page, _customer_page); the
-// filters are written out as parameters that are either the value or NULL,
-// so one statement serves them all. The cursor must itself pass the
-// filters: an id from another list is not a known id of this one.
+// filtered by status and customer. Each combination of filters is its own
+// statement text (see subscriptionFilter), planned for its own keyset index
+// (subscriptions_page, _status_page, _customer_page). The cursor must itself
+// pass the filters: an id from another list is not a known id of this one.
 func (s *Store) Subscriptions(ctx context.Context, sc payments.Scope, f payments.SubscriptionFilter) (payments.Page[payments.Subscription], error) {
-	const filters = ` AND ($3::text IS NULL OR s.status = $3) AND ($4::text IS NULL OR s.customer_id = $4)`
-	const first = `SELECT ` + subscriptionCols + ` FROM subscriptions s WHERE s.merchant_id = $1 AND s.livemode = $2` + filters +
-		` ORDER BY s.created_at DESC, s.id DESC LIMIT $5`
-	const after = `SELECT ` + subscriptionCols + ` FROM subscriptions s WHERE s.merchant_id = $1 AND s.livemode = $2` + filters +
-		` AND (s.created_at, s.id) < ($6, $7) ORDER BY s.created_at DESC, s.id DESC LIMIT $5`
-	const cur = `SELECT s.created_at, s.id FROM subscriptions s WHERE s.merchant_id = $1 AND s.livemode = $2` + filters +
-		` AND s.id = $5`
-	status, customer := nullIfEmpty(f.Status), nullIfEmpty(f.CustomerID)
+	cond, args := subscriptionFilter(f, []any{sc.MerchantID, sc.Live})
+	from := ` FROM subscriptions s WHERE s.merchant_id = $1 AND s.livemode = $2` + cond
 	var rows []subscriptionRow
 	if f.StartingAfter == "" {
-		if err := s.q.SelectContext(ctx, &rows, first, sc.MerchantID, sc.Live, status, customer, f.Limit+1); err != nil {
+		q := `SELECT ` + subscriptionCols + from + ` ORDER BY s.created_at DESC, s.id DESC LIMIT ` + param(len(args)+1)
+		if err := s.q.SelectContext(ctx, &rows, q, append(args, f.Limit+1)...); err != nil {
 			return payments.Page[payments.Subscription]{}, fmt.Errorf("select subscriptions: %w", err)
 		}
 	} else {
 		var c cursor
-		err := s.q.GetContext(ctx, &c, cur, sc.MerchantID, sc.Live, status, customer, f.StartingAfter)
+		cur := `SELECT s.created_at, s.id` + from + ` AND s.id = ` + param(len(args)+1)
+		err := s.q.GetContext(ctx, &c, cur, append(args, f.StartingAfter)...)
 		if errors.Is(err, sql.ErrNoRows) {
 			return payments.Page[payments.Subscription]{}, payments.Invalid("starting_after", "is not a known id of this list: '%s'", f.StartingAfter)
 		}
 		if err != nil {
 			return payments.Page[payments.Subscription]{}, fmt.Errorf("select cursor: %w", err)
 		}
-		if err := s.q.SelectContext(ctx, &rows, after, sc.MerchantID, sc.Live, status, customer, f.Limit+1, c.CreatedAt, c.ID); err != nil {
+		n := len(args)
+		q := `SELECT ` + subscriptionCols + from + ` AND (s.created_at, s.id) < (` + param(n+1) + `, ` + param(n+2) + `)
+			ORDER BY s.created_at DESC, s.id DESC LIMIT ` + param(n+3)
+		if err := s.q.SelectContext(ctx, &rows, q, append(args, c.CreatedAt, c.ID, f.Limit+1)...); err != nil {
 			return payments.Page[payments.Subscription]{}, fmt.Errorf("select subscriptions: %w", err)
 		}
 	}
@@ -196,6 +195,26 @@ func (s *Store) Subscriptions(ctx context.Context, sc payments.Scope, f payments
 	}
 	return page(out, f.Limit), nil
 }
+
+// subscriptionFilter is the list's conditions beyond merchant and mode, and
+// args with their values appended. There are four statement texts, one per
+// combination of filters, rather than one with "($3 IS NULL OR status =
+// $3)": a prepared statement's generic plan cannot know which filters are
+// set, and scans the merchant's whole index for a rare status or a customer.
+func subscriptionFilter(f payments.SubscriptionFilter, args []any) (string, []any) {
+	cond := ""
+	if f.Status != "" {
+		args = append(args, f.Status)
+		cond += ` AND s.status = ` + param(len(args))
+	}
+	if f.CustomerID != "" {
+		args = append(args, f.CustomerID)
+		cond += ` AND s.customer_id = ` + param(len(args))
+	}
+	return cond, args
+}
+
+func param(n int) string { return "$" + strconv.Itoa(n) }
 
 // UpdateSubscription locks the subscription, runs fn and saves what fn may
 // change (items' quantities included) with fn's effects.
