@@ -137,6 +137,7 @@ func New(d Deps) http.Handler {
 	v1.GET("/webhook-endpoints/:id", s.wrap(s.getEndpoint))
 	v1.POST("/webhook-endpoints/:id", s.wrap(s.updateEndpoint))
 	v1.DELETE("/webhook-endpoints/:id", s.wrap(s.deleteEndpoint))
+	v1.POST("/webhook-endpoints/:id/rotate-secret", s.wrap(s.rotateEndpointSecret))
 	v1.GET("/webhook-endpoints/:id/deliveries", s.wrap(s.listEndpointDeliveries))
 	v1.GET("/webhook-endpoints/:id/deliveries/:delivery", s.wrap(s.getEndpointDelivery))
 	v1.GET("/events", s.wrap(s.listEvents))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -310,4 +311,64 @@ func TestResendKeepsEventFromPruning(t *testing.T) {
 	}
 	wantError(t, h.do("GET", "/v1/events/"+old, s.key, nil), http.StatusNotFound, "endpoint_not_found")
 	wantError(t, h.do("POST", "/v1/events/"+old+"/resend", s.key, map[string]any{"endpoint": we.ID}), http.StatusNotFound, "endpoint_not_found")
+}
+
+func TestEndpointRotateSecret(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	s, other := newShop(h), newShop(h)
+	ep := createEndpointOK(t, h, s.key, map[string]any{"url": publicHook})
+	rotate := func(body any) (endpointView, int64) {
+		t.Helper()
+		r := h.do("POST", "/v1/webhook-endpoints/"+ep.ID+"/rotate-secret", s.key, body)
+		wantOK(t, r)
+		var e struct {
+			endpointView
+			PreviousSecretExpiresAt *int64 `json:"previous_secret_expires_at"`
+		}
+		r.data(t, &e)
+		if e.Secret == nil || !secretPattern.MatchString(*e.Secret) || e.PreviousSecretExpiresAt == nil {
+			t.Fatalf("rotate: got %s, want a new secret and previous_secret_expires_at", r.Raw)
+		}
+		return e.endpointView, *e.PreviousSecretExpiresAt
+	}
+	now := time.Now().Unix()
+	first, until := rotate(nil) // no body: the default grace
+	if *first.Secret == *ep.Secret || until < now+86400-5 || until > now+86400+5 {
+		t.Errorf("default rotation: got secret changed %v, grace until %d, want a new secret until about %d",
+			*first.Secret != *ep.Secret, until, now+86400)
+	}
+	second, until := rotate(map[string]any{"grace_period": 604800})
+	if *second.Secret == *first.Secret || until < now+604800-5 {
+		t.Errorf("7-day rotation: got grace until %d, want about %d", until, now+604800)
+	}
+	r := h.do("POST", "/v1/webhook-endpoints/"+ep.ID+"/rotate-secret", s.key, map[string]any{"grace_period": 0})
+	wantOK(t, r)
+	var zero struct {
+		PreviousSecretExpiresAt *int64 `json:"previous_secret_expires_at"`
+	}
+	r.data(t, &zero)
+	if zero.PreviousSecretExpiresAt != nil {
+		t.Errorf("grace_period 0: got previous_secret_expires_at %d, want null (the old secret retired at once)", *zero.PreviousSecretExpiresAt)
+	}
+	if g := h.do("GET", "/v1/webhook-endpoints/"+ep.ID, s.key, nil); strings.Contains(string(g.Raw), "whsec_") {
+		t.Errorf("GET after rotation shows a secret: %s", g.Raw)
+	}
+	for _, c := range []struct {
+		name, key string
+		body      any
+		status    int
+		code      string
+	}{
+		{"negative grace", s.key, map[string]any{"grace_period": -1}, 400, "validation_error"},
+		{"grace over 7 days", s.key, map[string]any{"grace_period": 604801}, 400, "validation_error"},
+		{"grace not a number", s.key, map[string]any{"grace_period": "1h"}, 400, "validation_error"},
+		{"unknown field", s.key, map[string]any{"expires": 1}, 400, "validation_error"},
+		{"another merchant", other.key, nil, 404, "endpoint_not_found"},
+		{"another mode", s.liveKey, nil, 404, "endpoint_not_found"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			wantError(t, h.do("POST", "/v1/webhook-endpoints/"+ep.ID+"/rotate-secret", c.key, c.body), c.status, c.code)
+		})
+	}
 }

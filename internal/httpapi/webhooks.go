@@ -63,3 +63,11 @@ func (s *Server) resendEvent(c *gin.Context) (any, error) {
 	}
 	return s.svc.ResendEvent(c.Request.Context(), scope(c), c.Param("id"), in)
 }
+
+func (s *Server) rotateEndpointSecret(c *gin.Context) (any, error) {
+	var in payments.RotateInput
+	if err := bindOptionalJSON(c, &in); err != nil {
+		return nil, err
+	}
+	return s.svc.RotateEndpointSecret(c.Request.Context(), scope(c), c.Param("id"), in)
+}

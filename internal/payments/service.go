@@ -112,6 +112,9 @@ type Store interface {
 	// UpdateEndpoint locks the endpoint, runs fn and saves it; disabling
 	// it fails its pending deliveries.
 	UpdateEndpoint(ctx context.Context, sc Scope, id string, fn func(*Endpoint) error) (Endpoint, error)
+	// RotateEndpointSecret makes sealed the endpoint's secret and keeps
+	// the one it replaces signing for grace (wall time).
+	RotateEndpointSecret(ctx context.Context, sc Scope, id string, sealed []byte, grace time.Duration) (Endpoint, error)
 	// DeleteEndpoint marks it deleted and fails its pending deliveries.
 	DeleteEndpoint(ctx context.Context, sc Scope, id string, now time.Time) error
 	// EndpointDeliveries is a page of an endpoint's deliveries, newest first.

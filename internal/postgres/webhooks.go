@@ -148,6 +148,25 @@ func (s *Store) UpdateEndpoint(ctx context.Context, sc payments.Scope, id string
 	return e, err
 }
 
+// RotateEndpointSecret replaces the endpoint's sealed secret with sealed and
+// keeps the replaced one, which signs deliveries too until grace from now
+// (the database's clock, which DeliveryForSend reads it against).
+func (s *Store) RotateEndpointSecret(ctx context.Context, sc payments.Scope, id string, sealed []byte, grace time.Duration) (payments.Endpoint, error) {
+	q := `UPDATE webhook_endpoints SET previous_secret_sealed = secret_sealed, secret_sealed = $4,
+		previous_secret_expires_at = now() + make_interval(secs => $5)
+	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND deleted_at IS NULL
+	RETURNING ` + endpointCols
+	var r endpointRow
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id, sealed, grace.Seconds())
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.Endpoint{}, endpointNotFound(id)
+	}
+	if err != nil {
+		return payments.Endpoint{}, fmt.Errorf("rotate endpoint secret: %w", err)
+	}
+	return r.endpoint()
+}
+
 // failPending fails the endpoint's pending deliveries with reason: the
 // policy of a disabled or deleted endpoint. A task still queued for one
 // finds it no longer pending and does nothing.

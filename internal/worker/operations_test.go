@@ -258,3 +258,62 @@ func TestStandardWebhooksLibraryVerifiesDeliveries(t *testing.T) {
 		})
 	}
 }
+
+// TestRotationGrace: after a rotation with a grace period, receivers holding
+// the old secret and the new one both verify every delivery with the
+// official library; after the grace only the new one does.
+func TestRotationGrace(t *testing.T) {
+	s := newDeliveryStack(t)
+	s.startWorker(t)
+	sc := payments.Scope{MerchantID: s.merchant(t, "Rotating shop")}
+	rc := newReceiver(t, nil)
+	ep := s.endpoint(t, sc, rc.URL)
+	oldSecret := ep.Secret
+	const grace = 3
+	rot, err := s.svc.RotateEndpointSecret(context.Background(), sc, ep.ID, payments.RotateInput{GracePeriod: ptr(int64(grace))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newSecret := rot.Secret
+	if newSecret == oldSecret || rot.PreviousSecretExpiresAt == nil {
+		t.Fatalf("rotation: got %+v, want a new secret and previous_secret_expires_at", rot)
+	}
+	oldWH, _ := standardwebhooks.NewWebhook(oldSecret)
+	newWH, _ := standardwebhooks.NewWebhook(newSecret)
+
+	s.pay(t, sc, sandbox.CardSuccess, nil)
+	rc.waitCount(t, 1, 15*time.Second)
+	during := rc.requests()[0]
+	if n := len(strings.Fields(during.Header.Get("webhook-signature"))); n != 2 {
+		t.Errorf("webhook-signature during the grace: got %d signatures, want 2", n)
+	}
+	if err := oldWH.Verify(during.Body, during.Header); err != nil {
+		t.Errorf("during the grace, receiver with the old secret: %v", err)
+	}
+	if err := newWH.Verify(during.Body, during.Header); err != nil {
+		t.Errorf("during the grace, receiver with the new secret: %v", err)
+	}
+	if err := webhook.Verify(newSecret, during.Body, during.Header.Get(webhook.SignatureHeader)); err != nil {
+		t.Errorf("X-Service-Signature with the new secret: %v", err)
+	}
+
+	waitUntil(t, grace*time.Second+5*time.Second, "grace over", func() (bool, string) {
+		e := s.endpointObject(t, sc, ep.ID)
+		return e.PreviousSecretExpiresAt == nil, fmt.Sprintf("previous_secret_expires_at %v", e.PreviousSecretExpiresAt)
+	})
+	s.pay(t, sc, sandbox.CardSuccess, nil)
+	rc.waitCount(t, 2, 15*time.Second)
+	after := rc.requests()[1]
+	if n := len(strings.Fields(after.Header.Get("webhook-signature"))); n != 1 {
+		t.Errorf("webhook-signature after the grace: got %d signatures, want 1", n)
+	}
+	if err := newWH.Verify(after.Body, after.Header); err != nil {
+		t.Errorf("after the grace, receiver with the new secret: %v", err)
+	}
+	if err := oldWH.Verify(after.Body, after.Header); !errors.Is(err, standardwebhooks.ErrNoMatchingSignature) {
+		t.Errorf("after the grace, receiver with the old secret: got %v, want ErrNoMatchingSignature", err)
+	}
+	if err := webhook.Verify(oldSecret, after.Body, after.Header.Get(webhook.SignatureHeader)); err == nil {
+		t.Errorf("after the grace, X-Service-Signature verifies with the old secret")
+	}
+}
