@@ -1,9 +1,11 @@
 // Command api serves the public REST API and the admin listener, and is the
-// admin CLI: migrate, merchant create/unsuspend, key create/revoke, dashboard
-// user create, sandbox payout and advance-clock.
+// admin CLI: migrate, merchant create/unsuspend/stripe-account, key
+// create/revoke, dashboard user create, sandbox payout, payout-bank and
+// advance-clock.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,7 +27,11 @@ import (
 	"paysvc/internal/httpapi"
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
+	"paysvc/internal/processor"
+	"paysvc/internal/processor/sandbox"
+	"paysvc/internal/processor/stripe"
 	"paysvc/internal/ratelimit"
+	"paysvc/internal/secrets"
 )
 
 const usage = `usage:
@@ -33,18 +39,21 @@ const usage = `usage:
   api migrate
   api merchant create --name NAME [--email EMAIL] [--plan free|brand|pro]
   api merchant unsuspend --merchant ID
+  api merchant stripe-account --merchant ID --mode test|live --account acct_…
   api key create --merchant ID --mode test|live [--expires-in DURATION]
   api key revoke --id KEY_ID
   api user create --merchant ID --email EMAIL [--role admin|viewer] --password-stdin
   api sandbox payout --merchant ID --mode test|live [--currency CUR]
-  api sandbox advance-clock --merchant ID --mode test|live --by DURATION (e.g. 90m, 36h, 30d)`
+  api sandbox advance-clock --merchant ID --mode test|live --by DURATION (e.g. 90m, 36h, 30d)
+  api sandbox payout-bank --merchant ID --mode test|live --bank-name NAME --routing-number N --account-number-stdin`
 
 // crashHook is nil in the real binary; the crash tests of this package set
 // it in the API process they run, to kill it at a point of an idempotent
 // request (httpapi.Deps.Crash).
 var crashHook func(point string)
 
-// stdin is where --password-stdin reads; tests set their own.
+// stdin is where --password-stdin and --account-number-stdin read; tests
+// set their own.
 var stdin io.Reader = os.Stdin
 
 // exitLimit is the exit status when a key-creation limit refuses a key.
@@ -66,7 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx)
 	case args[0] == "migrate":
 		err = migrate(ctx, stdout)
-	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "key create", cmd == "key revoke", cmd == "user create", cmd == "sandbox payout", cmd == "sandbox advance-clock":
+	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "merchant stripe-account", cmd == "key create", cmd == "key revoke",
+		cmd == "user create", cmd == "sandbox payout", cmd == "sandbox advance-clock", cmd == "sandbox payout-bank":
 		err = admin_(ctx, cmd, args[2:], stdout)
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
 		fmt.Fprintln(stdout, usage)
@@ -111,15 +121,24 @@ func serve(ctx context.Context) error {
 	}
 	_, closeQueue := env.Enqueuer()
 	defer closeQueue()
-	api := httpapi.New(httpapi.Deps{
+	deps := httpapi.Deps{
 		Service: d.Service,
 		Store:   env.Store,
 		Limiter: ratelimit.New(env.Redis, env.Config.RateLimitPerHour),
 		Log:     env.Log,
-		Pages:   hosted.New(d.Service, d.Sandbox.Cards(d.Service), env.Log),
 		Secrets: d.Secrets,
 		Crash:   crashHook,
-	})
+	}
+	// The sandbox's pages pay with test cards: served only when the
+	// sandbox is the processor. On Stripe, Stripe hosts checkout and its
+	// webhooks come in instead.
+	if d.Sandbox != nil {
+		deps.Pages = hosted.New(d.Service, d.Sandbox.Cards(d.Service), env.Log)
+	}
+	if d.Stripe != nil {
+		deps.StripeWebhook = d.Stripe
+	}
+	api := httpapi.New(deps)
 	// The merchant dashboard shares the listener: /dashboard/… is its own,
 	// every other path the API's.
 	dash := dashboard.New(dashboard.Options{
@@ -185,6 +204,10 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 	role := fs.String("role", "admin", "dashboard role: admin or viewer")
 	passwordStdin := fs.Bool("password-stdin", false, "read the user's password from the first line of stdin")
 	by := fs.String("by", "", "how far to move the sandbox clock: a Go duration (90m, 36h) or whole days (30d)")
+	account := fs.String("account", "", "Stripe connected account id (acct_…)")
+	bankName := fs.String("bank-name", "", "payout bank's name")
+	routing := fs.String("routing-number", "", "payout bank's 9-digit ABA routing number")
+	numberStdin := fs.Bool("account-number-stdin", false, "read the bank account number from the first line of stdin (never from the command line, which ps and shell history keep)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -208,6 +231,9 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 		if password, err = readPassword(stdin); err != nil {
 			return err
 		}
+	}
+	if cmd == "sandbox payout-bank" {
+		return payoutBank(ctx, *merchant, *mode, *bankName, *routing, *numberStdin, stdout)
 	}
 	env, err := app.Setup(ctx, "cli", 2)
 	if err != nil {
@@ -288,6 +314,18 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 			return err
 		}
 		return enc.Encode(p)
+	case "merchant stripe-account":
+		sc, err := scopeOf(*merchant, *mode)
+		if err != nil {
+			return err
+		}
+		if _, err := env.Store.MerchantPlan(ctx, sc.MerchantID); err != nil {
+			return err // no such merchant
+		}
+		if err := stripe.SetConnectedAccount(ctx, env.DB, processor.Account{MerchantID: sc.MerchantID, Live: sc.Live}, *account); err != nil {
+			return err
+		}
+		return enc.Encode(map[string]any{"merchant_id": sc.MerchantID, "mode": *mode, "stripe_account": *account})
 	case "sandbox advance-clock":
 		if *merchant == "" {
 			return errors.New("--merchant is required")
@@ -325,6 +363,57 @@ func readPassword(r io.Reader) (string, error) {
 		return "", errors.New("--password-stdin: stdin held no password")
 	}
 	return line, nil
+}
+
+// scopeOf reads --merchant and --mode.
+func scopeOf(merchant, mode string) (payments.Scope, error) {
+	if merchant == "" {
+		return payments.Scope{}, errors.New("--merchant is required")
+	}
+	if mode != "test" && mode != "live" {
+		return payments.Scope{}, errors.New("--mode must be test or live")
+	}
+	return payments.Scope{MerchantID: merchant, Live: mode == "live"}, nil
+}
+
+// payoutBank sets a merchant's sandbox payout bank. The account number is
+// read from stdin only, and goes no further than sandbox.NewPayoutBank:
+// what is stored, printed and logged is the bank's name, the last four
+// digits and a fingerprint keyed with SECRETS_KEY.
+func payoutBank(ctx context.Context, merchant, mode, name, routing string, numberStdin bool, stdout io.Writer) error {
+	sc, err := scopeOf(merchant, mode)
+	if err != nil {
+		return err
+	}
+	if !numberStdin {
+		return errors.New("--account-number-stdin is required: the account number is read from stdin, never from the command line")
+	}
+	line, err := bufio.NewReader(io.LimitReader(stdin, 256)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return errors.New("could not read the account number from stdin")
+	}
+	number := strings.TrimSpace(line)
+	env, err := app.Setup(ctx, "cli", 2)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	box, err := secrets.New(env.Config.SecretsKey)
+	if err != nil {
+		return err
+	}
+	if _, err := env.Store.MerchantPlan(ctx, sc.MerchantID); err != nil {
+		return err // no such merchant
+	}
+	bank, err := sandbox.NewPayoutBank(name, routing, number, func(r, a string) string { return box.Fingerprint("payout-bank", r, a) })
+	if err != nil {
+		return err
+	}
+	a, err := sandbox.New(env.DB, env.Config.PublicBaseURL).SetPayoutBank(ctx, processor.Account{MerchantID: sc.MerchantID, Live: sc.Live}, bank)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(payments.AccountObjectOf(a, sc.Live))
 }
 
 // parseDays reads --by: a Go duration, or a whole number of days ("30d"),

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,7 +20,9 @@ import (
 	"paysvc/internal/config"
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
+	"paysvc/internal/processor"
 	"paysvc/internal/processor/sandbox"
+	"paysvc/internal/processor/stripe"
 	"paysvc/internal/secrets"
 	"paysvc/internal/tasks"
 	"paysvc/internal/webhook"
@@ -111,20 +114,33 @@ func (e *Env) Enqueuer() (*tasks.Enqueuer, func()) {
 	return enq, func() { client.Close() }
 }
 
-// Sandbox returns the card processor: the sandbox, the only one in this
-// version (PROCESSOR=stripe is refused until its adapter lands).
-func (e *Env) Sandbox() (*sandbox.Sandbox, error) {
-	if e.Config.Processor != "sandbox" {
-		return nil, fmt.Errorf("PROCESSOR=%s: only the sandbox processor is available in this version", e.Config.Processor)
+// Processor returns the card processor PROCESSOR names: the sandbox, or
+// Stripe with the platform's keys (config.checkStripeKeys has checked them).
+func (e *Env) Processor() (processor.Processor, error) {
+	c := e.Config
+	switch c.Processor {
+	case "sandbox":
+		return sandbox.New(e.DB, c.PublicBaseURL).WithLatency(c.SandboxRefundLatency), nil
+	case "stripe":
+		sc := stripe.Config{APIBase: c.StripeAPIBase, Timeout: c.StripeTimeout}
+		keys := stripe.Keys{Secret: c.StripeSecretKey, Publishable: c.StripePublishableKey}
+		if strings.Contains(c.StripeSecretKey, "_live_") {
+			sc.Live = keys
+			sc.Test = stripe.Keys{Secret: c.StripeTestSecretKey, Publishable: c.StripeTestPublishableKey}
+		} else {
+			sc.Test = keys
+		}
+		return stripe.New(e.DB, sc), nil
 	}
-	return sandbox.New(e.DB, e.Config.PublicBaseURL).WithLatency(e.Config.SandboxRefundLatency), nil
+	return nil, fmt.Errorf("PROCESSOR=%s: unknown processor", c.Processor)
 }
 
 // Domain is the Service and what beside it the hosted pages and the webhook
 // deliverer use too: the processor and the secrets box.
 type Domain struct {
 	Service *payments.Service
-	Sandbox *sandbox.Sandbox
+	Sandbox *sandbox.Sandbox // PROCESSOR=sandbox: its hosted pages are served
+	Stripe  *stripe.Inbound  // PROCESSOR=stripe: the receiver of Stripe's webhooks
 	Secrets *secrets.Box
 }
 
@@ -138,7 +154,7 @@ func (e *Env) Domain() (*Domain, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb, err := e.Sandbox()
+	proc, err := e.Processor()
 	if err != nil {
 		return nil, err
 	}
@@ -147,13 +163,20 @@ func (e *Env) Domain() (*Domain, error) {
 		return nil, err
 	}
 	opts := []payments.Option{
-		payments.WithProcessor(sb), payments.WithSessionTTL(e.Config.CheckoutSessionTTL),
+		payments.WithProcessor(proc), payments.WithSessionTTL(e.Config.CheckoutSessionTTL),
 		payments.WithSecrets(box), payments.WithEndpointCheck(e.EndpointCheck()),
 	}
 	if e.Config.Processor == "sandbox" {
 		opts = append(opts, payments.WithSandboxClocks())
 	}
-	return &Domain{Service: payments.NewService(e.Store, blocklist, time.Now, opts...), Sandbox: sb, Secrets: box}, nil
+	d := &Domain{Service: payments.NewService(e.Store, blocklist, time.Now, opts...), Secrets: box}
+	switch p := proc.(type) {
+	case *sandbox.Sandbox:
+		d.Sandbox = p
+	case *stripe.Processor:
+		d.Stripe = p.Inbound(e.Config.StripeWebhookSecret, d.Service)
+	}
+	return d, nil
 }
 
 // EndpointCheck is the registration check of webhook URLs for this config.

@@ -41,10 +41,19 @@ type Config struct {
 	StripeSecretKey     string
 	StripeWebhookSecret string
 	StripeAPIBase       string
-	SecretsKey          []byte
-	SecretsKeyIsDev     bool
-	RateLimitPerHour    int
-	CheckoutSessionTTL  time.Duration
+	// StripePublishableKey goes with StripeSecretKey (same mode) to the
+	// browser of an embedded payment.
+	StripePublishableKey string
+	// StripeTestSecretKey and StripeTestPublishableKey serve test-mode
+	// requests when StripeSecretKey is a live key: one deployment, both modes.
+	StripeTestSecretKey      string
+	StripeTestPublishableKey string
+	// StripeTimeout bounds each call to Stripe.
+	StripeTimeout      time.Duration
+	SecretsKey         []byte
+	SecretsKeyIsDev    bool
+	RateLimitPerHour   int
+	CheckoutSessionTTL time.Duration
 	// DashboardSessionTTL is how long a dashboard sign-in lasts.
 	DashboardSessionTTL time.Duration
 	WebhookRetryBase    time.Duration
@@ -137,19 +146,22 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 
 	c := Config{
-		DatabaseURL:          get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/payments?sslmode=disable"),
-		DatabasePoolMode:     get("DATABASE_POOL_MODE", "session"),
-		RedisURL:             get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-		APIAddr:              get("API_ADDR", ":8080"),
-		AdminUser:            getenv("ADMIN_USER"),
-		AdminPassword:        getenv("ADMIN_PASSWORD"),
-		PublicBaseURL:        strings.TrimRight(get("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
-		Processor:            get("PROCESSOR", "sandbox"),
-		StripeSecretKey:      getenv("STRIPE_SECRET_KEY"),
-		StripeWebhookSecret:  getenv("STRIPE_WEBHOOK_SECRET"),
-		StripeAPIBase:        getenv("STRIPE_API_BASE"),
-		ContentBlocklistFile: getenv("CONTENT_BLOCKLIST_FILE"),
-		LogLevel:             get("LOG_LEVEL", "info"),
+		DatabaseURL:              get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/payments?sslmode=disable"),
+		DatabasePoolMode:         get("DATABASE_POOL_MODE", "session"),
+		RedisURL:                 get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		APIAddr:                  get("API_ADDR", ":8080"),
+		AdminUser:                getenv("ADMIN_USER"),
+		AdminPassword:            getenv("ADMIN_PASSWORD"),
+		PublicBaseURL:            strings.TrimRight(get("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
+		Processor:                get("PROCESSOR", "sandbox"),
+		StripeSecretKey:          getenv("STRIPE_SECRET_KEY"),
+		StripeWebhookSecret:      getenv("STRIPE_WEBHOOK_SECRET"),
+		StripeAPIBase:            getenv("STRIPE_API_BASE"),
+		StripePublishableKey:     getenv("STRIPE_PUBLISHABLE_KEY"),
+		StripeTestSecretKey:      getenv("STRIPE_TEST_SECRET_KEY"),
+		StripeTestPublishableKey: getenv("STRIPE_TEST_PUBLISHABLE_KEY"),
+		ContentBlocklistFile:     getenv("CONTENT_BLOCKLIST_FILE"),
+		LogLevel:                 get("LOG_LEVEL", "info"),
 	}
 
 	c.AdminAddrs = adminAddrs(get, bad)
@@ -191,11 +203,14 @@ func Load(getenv func(string) string) (Config, error) {
 	switch c.Processor {
 	case "sandbox":
 	case "stripe":
-		if c.StripeSecretKey == "" {
-			bad("STRIPE_SECRET_KEY", "is required when PROCESSOR=stripe")
-		}
+		checkStripeKeys(c, bad)
 	default:
 		bad("PROCESSOR", "must be sandbox or stripe, got %q", c.Processor)
+	}
+	if d, err := time.ParseDuration(get("STRIPE_TIMEOUT", "20s")); err != nil || d < 100*time.Millisecond || d > 2*time.Minute {
+		bad("STRIPE_TIMEOUT", "must be a duration between 100ms and 2m")
+	} else {
+		c.StripeTimeout = d
 	}
 	if c.StripeAPIBase != "" {
 		if u, err := url.Parse(c.StripeAPIBase); err != nil || u.Host == "" {
@@ -263,4 +278,41 @@ func boolean(s, name string, bad func(string, string, ...any)) bool {
 		bad(name, "must be true or false, got %q", s)
 	}
 	return b
+}
+
+// stripeMode is the mode of a Stripe key by its prefix (sk_test_, pk_live_,
+// rk_test_ …): "test", "live", or "" for something else.
+func stripeMode(key string, kinds ...string) string {
+	for _, k := range kinds {
+		for _, m := range []string{"test", "live"} {
+			if strings.HasPrefix(key, k+"_"+m+"_") {
+				return m
+			}
+		}
+	}
+	return ""
+}
+
+// checkStripeKeys checks the keys PROCESSOR=stripe needs: a secret key and
+// its publishable key of the same mode, optional test keys beside live
+// ones, and the webhook secret. Messages never repeat a key.
+func checkStripeKeys(c Config, bad func(name, format string, args ...any)) {
+	mode := stripeMode(c.StripeSecretKey, "sk", "rk")
+	if mode == "" {
+		bad("STRIPE_SECRET_KEY", "is required when PROCESSOR=stripe: a secret (sk_test_/sk_live_) or restricted (rk_) key")
+	}
+	if stripeMode(c.StripePublishableKey, "pk") != mode {
+		bad("STRIPE_PUBLISHABLE_KEY", "is required when PROCESSOR=stripe: the publishable key (pk_%s_…) of STRIPE_SECRET_KEY's mode", mode)
+	}
+	if c.StripeTestSecretKey != "" || c.StripeTestPublishableKey != "" {
+		if mode != "live" {
+			bad("STRIPE_TEST_SECRET_KEY", "is only for test mode beside a live STRIPE_SECRET_KEY")
+		}
+		if stripeMode(c.StripeTestSecretKey, "sk", "rk") != "test" || stripeMode(c.StripeTestPublishableKey, "pk") != "test" {
+			bad("STRIPE_TEST_SECRET_KEY/STRIPE_TEST_PUBLISHABLE_KEY", "set both, test-mode keys (sk_test_…, pk_test_…)")
+		}
+	}
+	if !strings.HasPrefix(c.StripeWebhookSecret, "whsec_") {
+		bad("STRIPE_WEBHOOK_SECRET", "is required when PROCESSOR=stripe: the signing secret (whsec_…) of the webhook endpoint registered in Stripe")
+	}
 }

@@ -50,10 +50,20 @@ type Deps struct {
 	Log     *slog.Logger
 	Pages   *hosted.Pages // hosted checkout and sandbox pages, when served
 	Secrets *secrets.Box  // seals stored idempotent responses (they may hold a client secret)
+	// StripeWebhook, with PROCESSOR=stripe, receives Stripe's webhooks at
+	// POST /stripe/webhook.
+	StripeWebhook StripeWebhook
 	// Crash, for tests only, is called at each crash point of an idempotent
 	// request (CrashAfterChange …) and may kill the process there; nil
 	// costs one comparison.
 	Crash func(point string)
+}
+
+// StripeWebhook verifies and stores one Stripe webhook
+// (stripe.Inbound): kept reports whether the event was stored for the
+// worker; a bad signature is a validation_error.
+type StripeWebhook interface {
+	Receive(ctx context.Context, payload []byte, signature string) (kept bool, err error)
 }
 
 // Server holds the handlers' dependencies.
@@ -67,6 +77,7 @@ type Server struct {
 	pages   *hosted.Pages
 	crash   func(point string)
 	wait    time.Duration // idempotencyWait; shorter in tests
+	stripe  StripeWebhook
 }
 
 // New returns the API's http.Handler.
@@ -77,7 +88,7 @@ func New(d Deps) http.Handler {
 	if d.Secrets == nil {
 		panic("httpapi: Deps.Secrets is required")
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, pages: d.Pages, crash: d.Crash, wait: idempotencyWait}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, pages: d.Pages, crash: d.Crash, wait: idempotencyWait, stripe: d.StripeWebhook}
 	if d.Service != nil {
 		s.now = d.Service.Clock().Base
 	}
@@ -128,6 +139,7 @@ func New(d Deps) http.Handler {
 	v1.POST("/refunds", s.wrap(s.createRefund))
 	v1.GET("/refunds/:id", s.wrap(s.getRefund))
 	v1.GET("/balance", s.wrap(s.getBalance))
+	v1.GET("/account", s.wrap(s.getAccount))
 	v1.GET("/disputes", s.wrap(s.listDisputes))
 	v1.GET("/disputes/:id", s.wrap(s.getDispute))
 	v1.POST("/disputes/:id/evidence", s.wrap(s.updateEvidence))
@@ -144,6 +156,10 @@ func New(d Deps) http.Handler {
 	v1.GET("/events/:id", s.wrap(s.getEvent))
 	v1.POST("/events/:id/resend", s.wrap(s.resendEvent))
 
+	if d.StripeWebhook != nil {
+		// Outside /v1: Stripe authenticates by signature, not an API key.
+		r.POST("/stripe/webhook", s.wrap(s.stripeWebhook))
+	}
 	if d.Pages != nil {
 		d.Pages.Register(r)
 	}

@@ -168,8 +168,17 @@ func (s *Service) applyDisputeCreated(ctx context.Context, a *application) error
 		return Errorf(ValidationError, "dispute.created is applied by a worker") // never reported to a waiting page
 	}
 	sc := *a.sc
+	// A processor's webhook may name the checkout session only, and may
+	// arrive before the payment's success was applied here.
+	pi, err := s.eventPayment(ctx, sc, a.ev)
+	if err != nil {
+		return err
+	}
+	if pi.Status != IntentSucceeded && pi.DisputeID == nil {
+		return ErrNotYet
+	}
 	now := s.clock.Now(ctx, sc)
-	return s.store.OpenDispute(ctx, sc, a.ev.PaymentIntentID, func(pi *PaymentIntent) (*Dispute, Effects) {
+	return s.store.OpenDispute(ctx, sc, pi.ID, func(pi *PaymentIntent) (*Dispute, Effects) {
 		d, eff := openDispute(sc, a.ev, pi, now)
 		return d, a.effects(eff, pi.ID, now)
 	})
@@ -218,7 +227,13 @@ func (s *Service) SendEvidence(ctx context.Context, sc Scope, id string) (Disput
 	if err != nil || d.SubmittedAt == nil || d.EvidenceSentAt != nil {
 		return d, err // nothing submitted, or sent already
 	}
-	decision, err := s.proc.SubmitDisputeEvidence(ctx, account(sc), processor.DisputeEvidence{ID: d.ID, Evidence: d.Evidence})
+	ev := processor.DisputeEvidence{ID: d.ID, PaymentIntentID: d.PaymentIntentID, Evidence: d.Evidence}
+	if _, pi, err := s.store.IntentByID(ctx, d.PaymentIntentID); err != nil {
+		return d, err
+	} else if pi.SessionID != nil {
+		ev.SessionID = *pi.SessionID // a Checkout payment: the processor knows its session
+	}
+	decision, err := s.proc.SubmitDisputeEvidence(ctx, account(sc), ev)
 	if err != nil {
 		return d, err
 	}
@@ -241,4 +256,61 @@ func (s *Service) CloseOverdueDisputes(ctx context.Context, limit int) (int, err
 	return s.store.CloseOverdueDisputes(ctx, s.clock.Base(), limit, func(d *Dispute, now time.Time) (Effects, error) {
 		return d.close(DisputeLost, now), nil
 	})
+}
+
+// applyDisputeClosed applies dispute.closed, the card network's decision
+// on a dispute opened by dispute.created: won returns the disputed amount,
+// lost keeps it withdrawn, with charge.dispute.closed. A dispute decided
+// already is left alone; one not opened here yet (the events crossed) is
+// retried (ErrNotYet) until dispute.created is applied.
+func (s *Service) applyDisputeClosed(ctx context.Context, a *application) error {
+	if a.sc == nil {
+		return Errorf(ValidationError, "dispute.closed is applied by a worker")
+	}
+	sc := *a.sc
+	status := a.ev.Data.Status
+	if status != DisputeWon && status != DisputeLost {
+		return s.store.MarkProcessorEvent(ctx, sc, a.ev) // warning_closed and the like: nothing to decide
+	}
+	pi, err := s.eventPayment(ctx, sc, a.ev)
+	if err != nil {
+		return err
+	}
+	if pi.DisputeID == nil {
+		return ErrNotYet
+	}
+	now := s.clock.Now(ctx, sc)
+	_, err = s.store.UpdateDispute(ctx, sc, *pi.DisputeID, func(d *Dispute) (Effects, error) {
+		eff := Effects{}
+		if d.Status != DisputeWon && d.Status != DisputeLost {
+			eff = d.close(status, now)
+		}
+		return a.effects(eff, pi.ID, now), nil
+	})
+	return err
+}
+
+// eventPayment is the payment a stored event is about: by its id, or by
+// its checkout session's (the processor knew the session, not our
+// payment). A session not paid here yet is ErrNotYet.
+func (s *Service) eventPayment(ctx context.Context, sc Scope, ev ProcessorEvent) (PaymentIntent, error) {
+	id := ev.PaymentIntentID
+	if id == "" && ev.Data.SessionID != "" {
+		cs, err := s.store.Session(ctx, sc, ev.Data.SessionID)
+		if err != nil {
+			return PaymentIntent{}, err
+		}
+		if cs.PaymentIntentID == nil {
+			return PaymentIntent{}, ErrNotYet
+		}
+		id = *cs.PaymentIntentID
+	}
+	psc, pi, err := s.store.IntentByID(ctx, id)
+	if err != nil {
+		return PaymentIntent{}, err
+	}
+	if psc != sc {
+		return PaymentIntent{}, NotFound(PaymentNotFound, id)
+	}
+	return pi, nil
 }

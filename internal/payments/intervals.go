@@ -3,6 +3,8 @@ package payments
 import (
 	"fmt"
 	"time"
+
+	"paysvc/internal/processor"
 )
 
 // Interval is how often a recurring price bills: Count times Name. Name is
@@ -211,4 +213,23 @@ func (iv Interval) Phrase() string {
 		return unit
 	}
 	return fmt.Sprintf("%d %ss", n, unit)
+}
+
+// CheckProcessorInterval refuses, with invalid_interval, an interval the
+// configured processor cannot bill: Stripe bills at most every 3 years
+// (36 months, 156 weeks). The sandbox bills every interval the service
+// accepts. Subscription code calls it after parsing an interval and before
+// writing anything, so a refused request leaves no row behind.
+// Codes: invalid_interval.
+func (s *Service) CheckProcessorInterval(iv Interval) error {
+	c, ok := s.proc.(processor.IntervalChecker)
+	if !ok {
+		return nil
+	}
+	sp := iv.span()
+	if c.SupportsInterval(sp.months, sp.days) {
+		return nil
+	}
+	return Errorf(InvalidInterval,
+		"interval %s is longer than the payment processor can bill: at most 3 years (36 months or 156 weeks)", iv)
 }

@@ -31,6 +31,8 @@ type ProcessorEventData struct {
 	CardLast4   string           `json:"card_last4,omitempty"`
 	DeclineCode string           `json:"decline_code,omitempty"`
 	Reason      string           `json:"reason,omitempty"` // of a dispute
+	RefundID    string           `json:"refund,omitempty"`
+	Status      string           `json:"status,omitempty"` // a refund's or a closed dispute's
 	Email       string           `json:"email,omitempty"`
 	Name        string           `json:"name,omitempty"`
 	Shipping    *ShippingDetails `json:"shipping,omitempty"`
@@ -57,6 +59,14 @@ const (
 	// ProcessorDisputeCreated: the cardholder disputed a payment
 	// (PaymentIntentID; Data: Reason).
 	ProcessorDisputeCreated = "dispute.created"
+	// ProcessorDisputeClosed: the card network decided a dispute
+	// (PaymentIntentID, or Data.SessionID for a checkout's payment;
+	// Data: Status won or lost).
+	ProcessorDisputeClosed = "dispute.closed"
+	// ProcessorRefundUpdated: a refund the processor answered pending was
+	// settled (Data: RefundID, Status succeeded or failed, DeclineCode the
+	// failure reason).
+	ProcessorRefundUpdated = "refund.updated"
 )
 
 // ErrEventApplied is returned by a store when the processor event a change
@@ -107,6 +117,8 @@ var processorAppliers = map[string]func(s *Service, ctx context.Context, a *appl
 	ProcessorChargeSucceeded:   (*Service).applyChargeSucceeded,
 	ProcessorChargeFailed:      (*Service).applyChargeFailed,
 	ProcessorDisputeCreated:    (*Service).applyDisputeCreated,
+	ProcessorDisputeClosed:     (*Service).applyDisputeClosed,
+	ProcessorRefundUpdated:     (*Service).applyRefundUpdated,
 }
 
 func (s *Service) apply(ctx context.Context, a *application) error {
@@ -120,6 +132,13 @@ func (s *Service) apply(ctx context.Context, a *application) error {
 	err := fn(s, ctx, a)
 	if errors.Is(err, ErrEventApplied) {
 		return nil
+	}
+	if a.sc != nil && isSettled(err) {
+		// A stored event (a processor's webhook) about something already
+		// in its end state: Stripe redelivers and reorders events, so a
+		// late payment_failed after the payment succeeded, or a second
+		// completion of a paid session, is recorded and changes nothing.
+		return s.store.MarkProcessorEvent(ctx, *a.sc, a.ev)
 	}
 	return err
 }
@@ -143,6 +162,25 @@ func (s *Service) RecordProcessorEvent(ctx context.Context, ev ProcessorEvent, l
 	return s.apply(ctx, &application{ev: ev, later: later})
 }
 
+// ReceiveProcessorEvent stores an event a processor's webhook reported
+// (Stripe's) for a worker to apply, and returns: the webhook is answered at
+// once, and the change happens in the worker through ApplyProcessorEvent,
+// as the sandbox's later events do. An event whose ExternalID was received
+// before is dropped.
+func (s *Service) ReceiveProcessorEvent(ctx context.Context, sc Scope, ev ProcessorEvent) error {
+	if ev.ID == "" {
+		ev.ID = NewID("pev_")
+	}
+	if ev.ExternalID == "" {
+		return Errorf(ValidationError, "a received processor event needs the processor's event id")
+	}
+	if ev.Created.IsZero() {
+		ev.Created = s.clock.Now(ctx, sc)
+	}
+	_, err := s.store.ReceiveProcessorEvent(ctx, sc, ev)
+	return err
+}
+
 // ApplyProcessorEvent applies a stored processor event once; an event
 // applied already is a no-op.
 func (s *Service) ApplyProcessorEvent(ctx context.Context, sc Scope, id string) error {
@@ -152,6 +190,20 @@ func (s *Service) ApplyProcessorEvent(ctx context.Context, sc Scope, id string) 
 	}
 	return s.apply(ctx, &application{ev: ev, sc: &sc})
 }
+
+// isSettled is an applier's refusal because its object is past the change:
+// paid already, or a session no longer open, or gone.
+func isSettled(err error) bool {
+	var closed ErrSessionClosed
+	var pe *Error
+	return errors.Is(err, ErrAlreadyPaid) || errors.As(err, &closed) ||
+		(errors.As(err, &pe) && (pe.Code == PaymentNotFound || pe.Code == SessionNotFound))
+}
+
+// ErrNotYet is an event that arrived before the one it follows (a dispute
+// closed before it was opened here): the worker retries it with backoff
+// until the first is applied.
+var ErrNotYet = errors.New("processor event arrived before the event it follows; retry later")
 
 // applyUnknown marks a stored event of a type this version does not act on
 // applied.

@@ -188,23 +188,38 @@ func (s *Service) ExecuteRefund(ctx context.Context, sc Scope, id string) (Refun
 	if err != nil || r.Status != RefundPending {
 		return r, err
 	}
-	res, err := s.proc.Refund(ctx, account(sc), processor.RefundRequest{
-		ID: r.ID, PaymentIntentID: r.PaymentIntentID, Amount: r.Amount, Currency: r.Currency,
-	})
+	req := processor.RefundRequest{ID: r.ID, PaymentIntentID: r.PaymentIntentID, Amount: r.Amount, Currency: r.Currency}
+	if r.SessionID != nil {
+		req.SessionID = *r.SessionID
+	}
+	res, err := s.proc.Refund(ctx, account(sc), req)
 	var perr *processor.Error
 	switch {
 	case errors.As(err, &perr) && !perr.Retryable:
 		res = processor.RefundResult{Succeeded: false, FailureReason: perr.Code}
 	case err != nil:
 		return r, err
+	case res.Pending:
+		// The processor settles it later and says so with a
+		// refund.updated processor event (applyRefundUpdated).
+		return r, nil
 	}
+	r, _, err = s.finishRefund(ctx, sc, id, res, Effects{})
+	return r, err
+}
+
+// finishRefund records a pending refund's outcome with eff: succeeded (a
+// ledger debit and charge.refunded) or failed (the reservation released).
+// A refund finished already is left alone, and changed is false.
+func (s *Service) finishRefund(ctx context.Context, sc Scope, id string, res processor.RefundResult, eff Effects) (r Refund, changed bool, err error) {
 	now := s.clock.Now(ctx, sc)
-	return s.store.FinishRefund(ctx, sc, id, func(r *Refund, pi *PaymentIntent) (Effects, error) {
+	r, err = s.store.FinishRefund(ctx, sc, id, func(r *Refund, pi *PaymentIntent) (Effects, error) {
 		if r.Status != RefundPending {
 			return Effects{}, nil // finished by a run that raced this one
 		}
+		changed = true
 		pi.AmountRefundPending -= r.Amount
-		eff := Effects{Reserve: -r.Amount, ReserveCurrency: r.Currency}
+		eff.Reserve, eff.ReserveCurrency = -r.Amount, r.Currency
 		if !res.Succeeded {
 			r.Status = RefundFailed
 			reason := res.FailureReason
@@ -214,7 +229,41 @@ func (s *Service) ExecuteRefund(ctx context.Context, sc Scope, id string) (Refun
 		r.Status = RefundSucceeded
 		pi.AmountRefunded += r.Amount
 		eff.Ledger = []LedgerEntry{newEntry(LedgerRefund, -r.Amount, r.Currency, r.ID, now)}
-		eff.Events = []Event{newEvent(EventChargeRefunded, r.Object(), now)}
+		eff.Events = append(eff.Events, newEvent(EventChargeRefunded, r.Object(), now))
 		return eff, nil
 	})
+	return r, changed, err
+}
+
+// applyRefundUpdated applies refund.updated, the processor settling a
+// refund it answered pending: succeeded or failed as ExecuteRefund records
+// them. A refund finished already (the processor's first answer, or an
+// earlier event) is left alone, and an update that is still pending
+// changes nothing: events in any order leave one end state.
+func (s *Service) applyRefundUpdated(ctx context.Context, a *application) error {
+	if a.sc == nil {
+		return Errorf(ValidationError, "refund.updated is applied by a worker")
+	}
+	sc, d := *a.sc, a.ev.Data
+	var res processor.RefundResult
+	switch d.Status {
+	case RefundSucceeded:
+		res.Succeeded = true
+	case RefundFailed:
+		res.FailureReason = d.DeclineCode
+		if res.FailureReason == "" {
+			res.FailureReason = "declined"
+		}
+	default:
+		return s.store.MarkProcessorEvent(ctx, sc, a.ev)
+	}
+	if _, err := s.store.Refund(ctx, sc, d.RefundID); err != nil {
+		return err // not this scope's refund: payment_not_found, settled
+	}
+	now := s.clock.Now(ctx, sc)
+	_, changed, err := s.finishRefund(ctx, sc, d.RefundID, res, a.effects(Effects{}, a.ev.PaymentIntentID, now))
+	if err != nil || changed {
+		return err
+	}
+	return s.store.MarkProcessorEvent(ctx, sc, a.ev)
 }

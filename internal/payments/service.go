@@ -103,6 +103,10 @@ type Store interface {
 	OpenDispute(ctx context.Context, sc Scope, paymentID string, fn func(pi *PaymentIntent) (*Dispute, Effects)) error
 	// MarkProcessorEvent marks a stored event applied with no other change.
 	MarkProcessorEvent(ctx context.Context, sc Scope, ev ProcessorEvent) error
+	// ReceiveProcessorEvent stores an event for a worker to apply, with
+	// its job; one whose ExternalID was received before is not stored
+	// again (false).
+	ReceiveProcessorEvent(ctx context.Context, sc Scope, ev ProcessorEvent) (bool, error)
 
 	// CreateEndpoint inserts an endpoint unless the scope has max already.
 	CreateEndpoint(ctx context.Context, sc Scope, e Endpoint, sealedSecret []byte, max int) error

@@ -309,9 +309,17 @@ func (s *Service) CreateSession(ctx context.Context, sc Scope, in SessionInput) 
 		}
 	}
 	cs.AmountTotal = cs.TotalWith(plan, 0)
-	hosted, err := s.proc.CreateCheckoutSession(ctx, account(sc), processor.CheckoutSession{
+	pcs := processor.CheckoutSession{
 		ID: cs.ID, Currency: cs.Currency, AmountTotal: cs.AmountTotal, SuccessURL: cs.SuccessURL, CancelURL: cs.CancelURL,
-	})
+		ExpiresAt: cs.ExpiresAt,
+	}
+	if cs.CustomerEmail != nil {
+		pcs.CustomerEmail = *cs.CustomerEmail
+	}
+	for _, li := range cs.LineItems {
+		pcs.Lines = append(pcs.Lines, processor.CheckoutLine{Name: li.Name, UnitAmount: li.UnitAmount, Quantity: li.Quantity})
+	}
+	hosted, err := s.proc.CreateCheckoutSession(ctx, account(sc), pcs)
 	if err != nil {
 		return CheckoutSession{}, err
 	}

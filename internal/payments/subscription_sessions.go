@@ -115,6 +115,9 @@ func (s *Service) CreateSubscriptionSession(ctx context.Context, sc Scope, in Su
 	if err != nil {
 		return CheckoutSession{}, err
 	}
+	if err := s.CheckProcessorInterval(iv); err != nil {
+		return CheckoutSession{}, err // Stripe bills at most every 3 years
+	}
 	now := s.clock.Now(ctx, sc)
 	qty := int64(1)
 	if in.Quantity != nil {
@@ -178,6 +181,7 @@ func (s *Service) CreateSubscriptionSession(ctx context.Context, sc Scope, in Su
 	cs.AmountTotal = cs.TotalWith(plan, 0)
 	hosted, err := s.proc.CreateCheckoutSession(ctx, account(sc), processor.CheckoutSession{
 		ID: cs.ID, Currency: cs.Currency, AmountTotal: cs.AmountTotal, SuccessURL: cs.SuccessURL, CancelURL: cs.CancelURL,
+		Subscription: true,
 	})
 	if err != nil {
 		return CheckoutSession{}, err

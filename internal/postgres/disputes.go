@@ -243,3 +243,28 @@ func (s *Store) CloseOverdueDisputes(ctx context.Context, now time.Time, limit i
 	})
 	return n, err
 }
+
+// ReceiveProcessorEvent stores an inbound processor event, unapplied, with
+// its job; an ExternalID stored before makes it a no-op (false).
+func (s *Store) ReceiveProcessorEvent(ctx context.Context, sc payments.Scope, ev payments.ProcessorEvent) (bool, error) {
+	stored := false
+	err := s.inTx(ctx, func(tx *txn) error {
+		const q = `INSERT INTO processor_events (id, merchant_id, livemode, type, payment_intent_id, data, external_id, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (external_id) DO NOTHING
+		RETURNING id`
+		var id string
+		err := tx.GetContext(ctx, &id, q, ev.ID, sc.MerchantID, sc.Live, ev.Type, nullIfEmpty(ev.PaymentIntentID), jsonb(ev.Data),
+			ev.ExternalID, ev.Created)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // received before
+		}
+		if err != nil {
+			return fmt.Errorf("insert received processor event: %w", err)
+		}
+		stored = true
+		tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobProcessorEvent, ID: ev.ID, MerchantID: sc.MerchantID, Live: sc.Live})
+		return nil
+	})
+	return stored, err
+}

@@ -1,5 +1,5 @@
 // Package processor declares what the service needs from a card processor.
-// Implementations: sandbox (the built-in emulator) and, later, stripe. It
+// Implementations: sandbox (the built-in emulator) and stripe. It
 // speaks the service's own terms: ids are ours, amounts are minor units, and
 // no adapter type leaks out.
 package processor
@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Account identifies the merchant and mode a call acts for.
@@ -18,11 +19,23 @@ type Account struct {
 
 // CheckoutSession is what a processor needs to host a checkout page.
 type CheckoutSession struct {
-	ID          string // our cs_ id, also the idempotency key
-	Currency    string
-	AmountTotal int64
-	SuccessURL  string
-	CancelURL   string
+	ID            string // our cs_ id, also the idempotency key
+	Currency      string
+	AmountTotal   int64 // what the customer pays: the lines, plus fees passed on
+	Lines         []CheckoutLine
+	CustomerEmail string // prefilled on the page when known
+	SuccessURL    string
+	CancelURL     string
+	ExpiresAt     time.Time
+	// Subscription is a subscription's first checkout (its line recurs).
+	Subscription bool
+}
+
+// CheckoutLine is a line of a checkout page.
+type CheckoutLine struct {
+	Name       string
+	UnitAmount int64
+	Quantity   int64
 }
 
 // HostedCheckout is the processor's answer: where to send the customer.
@@ -63,6 +76,22 @@ type Processor interface {
 	// (a retry after a crash) returns the first answer and moves no money
 	// twice. A decline is an Outcome, not an error.
 	ChargeCard(ctx context.Context, acct Account, c CardCharge) (Outcome, error)
+	// Account describes the merchant's account at the processor in acct's
+	// mode (GET /v1/account). Bank details are masked by the processor:
+	// only the bank's name and last four digits ever cross this boundary.
+	Account(ctx context.Context, acct Account) (ConnectedAccount, error)
+}
+
+// ConnectedAccount is the merchant's account at the processor: whether it
+// can take charges and receive payouts, and its masked payout bank.
+type ConnectedAccount struct {
+	ID              string // acct_…
+	ChargesEnabled  bool
+	PayoutsEnabled  bool
+	BankName        string // empty when no payout bank is set
+	BankLast4       string
+	Country         string // ISO 3166-1 alpha-2, upper case
+	DefaultCurrency string // ISO 4217, lower case
 }
 
 // CardCharge is a charge of a saved card.
@@ -78,20 +107,26 @@ type CardCharge struct {
 type RefundRequest struct {
 	ID              string // our re_ id, also the idempotency key
 	PaymentIntentID string
+	SessionID       string // the payment's checkout session, when it has one
 	Amount          int64
 	Currency        string
 }
 
-// RefundResult is the processor's answer to a refund.
+// RefundResult is the processor's answer to a refund: succeeded, failed
+// (FailureReason), or Pending when the processor settles it later and
+// reports the outcome as a processor event (payments.ProcessorRefundUpdated).
 type RefundResult struct {
 	Succeeded     bool
-	FailureReason string // when not Succeeded
+	Pending       bool
+	FailureReason string // when neither Succeeded nor Pending
 }
 
 // DisputeEvidence is a dispute's submitted evidence.
 type DisputeEvidence struct {
-	ID       string // our dp_ id
-	Evidence map[string]string
+	ID              string // our dp_ id
+	PaymentIntentID string // the disputed payment
+	SessionID       string // the payment's checkout session, when it has one
+	Evidence        map[string]string
 }
 
 // DisputeDecision is the processor's answer to evidence: won, lost, or
@@ -100,15 +135,29 @@ type DisputeDecision struct {
 	Status string
 }
 
+// IntervalChecker is implemented by processors that cannot bill every
+// interval the service accepts (Stripe: at most 3 years).
+// payments.Service.CheckProcessorInterval asks it.
+type IntervalChecker interface {
+	// SupportsInterval reports whether the processor can bill every
+	// months months (or days days; one of the two is zero).
+	SupportsInterval(months, days int) bool
+}
+
 // Error is a failure reported by (or on the way to) the processor.
 type Error struct {
-	Op        string
-	Retryable bool   // a later retry may succeed (timeouts, 5xx, rate limits)
-	Code      string // the processor's code, for logs
-	Err       error
+	Op          string
+	Retryable   bool   // a later retry may succeed (timeouts, 5xx, rate limits)
+	Code        string // the processor's code, for logs
+	DeclineCode string // a card decline's reason, when the processor gave one
+	RequestID   string // the processor's id of the failed request, for its support
+	Err         error  // safe to log: never the processor's free text
 }
 
 func (e *Error) Error() string {
+	if e.RequestID != "" {
+		return fmt.Sprintf("processor %s: %s (request %s): %v", e.Op, e.Code, e.RequestID, e.Err)
+	}
 	return fmt.Sprintf("processor %s: %s: %v", e.Op, e.Code, e.Err)
 }
 

@@ -6,7 +6,10 @@ package secrets
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 )
@@ -14,6 +17,7 @@ import (
 // Box seals and opens values with one 32-byte key.
 type Box struct {
 	aead cipher.AEAD
+	mac  []byte // fingerprint key, derived from the key
 }
 
 // New returns a Box for a 32-byte key.
@@ -29,7 +33,23 @@ func New(key []byte) (*Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Box{aead: aead}, nil
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("paysvc fingerprint v1"))
+	return &Box{aead: aead, mac: m.Sum(nil)}, nil
+}
+
+// Fingerprint is a keyed hash of parts (HMAC-SHA256 under a key derived
+// from the box's), in hex: equal inputs give equal fingerprints, and without
+// SECRETS_KEY a fingerprint cannot be checked against guesses (a bank
+// account number has few enough digits to guess). purpose separates uses.
+func (b *Box) Fingerprint(purpose string, parts ...string) string {
+	m := hmac.New(sha256.New, b.mac)
+	m.Write([]byte(purpose))
+	for _, p := range parts {
+		m.Write([]byte{0})
+		m.Write([]byte(p))
+	}
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // Seal encrypts plaintext; aad binds it to its context (say, a row's key) so

@@ -34,7 +34,7 @@ const (
 type Sandbox struct {
 	db       *sqlx.DB
 	baseURL  string
-	accounts sync.Map // processor.Account → Account; they never change once made
+	accounts sync.Map // processor.Account → client; they never change once made
 	latency  time.Duration
 }
 
@@ -60,7 +60,7 @@ func (s *Sandbox) CreateCheckoutSession(_ context.Context, _ processor.Account, 
 // CreatePaymentIntent returns the browser's values for an embedded payment:
 // a fresh client secret and the merchant's sandbox account and publishable key.
 func (s *Sandbox) CreatePaymentIntent(ctx context.Context, acct processor.Account, pi processor.PaymentIntent) (processor.ClientValues, error) {
-	a, err := s.Account(ctx, acct)
+	a, err := s.client(ctx, acct)
 	if err != nil {
 		return processor.ClientValues{}, err
 	}
@@ -71,18 +71,19 @@ func (s *Sandbox) CreatePaymentIntent(ctx context.Context, acct processor.Accoun
 	}, nil
 }
 
-// Account is a merchant's sandbox account in one mode.
-type Account struct {
+// client is what the browser knows of a merchant's sandbox account in one
+// mode.
+type client struct {
 	AccountID      string `db:"account_id"`
 	PublishableKey string `db:"publishable_key"`
 }
 
-// Account returns (creating on first use) the merchant's sandbox account.
-// Accounts never change, so each is read once per process: an upsert on
+// client returns (creating on first use) the merchant's sandbox account.
+// Its ids never change, so each is read once per process: an upsert on
 // every payment would serialize a merchant's payments on one row lock.
-func (s *Sandbox) Account(ctx context.Context, acct processor.Account) (Account, error) {
+func (s *Sandbox) client(ctx context.Context, acct processor.Account) (client, error) {
 	if a, ok := s.accounts.Load(acct); ok {
-		return a.(Account), nil
+		return a.(client), nil
 	}
 	prefix := "pk_test_"
 	if acct.Live {
@@ -93,9 +94,9 @@ func (s *Sandbox) Account(ctx context.Context, acct processor.Account) (Account,
 	const q = `INSERT INTO sandbox_accounts (merchant_id, livemode, account_id, publishable_key) VALUES ($1, $2, $3, $4)
 	ON CONFLICT (merchant_id, livemode) DO UPDATE SET merchant_id = EXCLUDED.merchant_id
 	RETURNING account_id, publishable_key`
-	var a Account
+	var a client
 	if err := s.db.GetContext(ctx, &a, q, acct.MerchantID, acct.Live, payments.NewID("acct_"), payments.NewID(prefix)); err != nil {
-		return Account{}, &processor.Error{Op: "account", Retryable: true, Code: "sandbox_unavailable", Err: err}
+		return client{}, &processor.Error{Op: "account", Retryable: true, Code: "sandbox_unavailable", Err: err}
 	}
 	s.accounts.Store(acct, a)
 	return a, nil
@@ -134,7 +135,7 @@ func (s *Sandbox) CheckConfirm(ctx context.Context, sc payments.Scope, pi paymen
 	if pi.ClientSecretHash == nil {
 		return ErrBadCredentials // a checkout payment: confirmed on the hosted page only
 	}
-	a, err := s.Account(ctx, processor.Account{MerchantID: sc.MerchantID, Live: sc.Live})
+	a, err := s.client(ctx, processor.Account{MerchantID: sc.MerchantID, Live: sc.Live})
 	if err != nil {
 		return fmt.Errorf("load account: %w", err)
 	}

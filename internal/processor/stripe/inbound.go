@@ -1,0 +1,197 @@
+package stripe
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	stripego "github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/webhook"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/processor"
+)
+
+// SignatureTolerance is how old a Stripe-Signature timestamp may be: older
+// payloads are refused as replays.
+const SignatureTolerance = 300 * time.Second
+
+// ErrBadSignature is an inbound payload whose Stripe-Signature does not
+// verify with STRIPE_WEBHOOK_SECRET, is older than SignatureTolerance, or is
+// not a Stripe event: validation_error, so the API answers 400.
+var ErrBadSignature = payments.Errorf(payments.ValidationError,
+	"The Stripe-Signature header does not verify with this endpoint's signing secret, or is older than 300 seconds.")
+
+// Inbox is where inbound events go: the domain stores each once (by
+// Stripe's event id) for a worker to apply (payments.Service).
+type Inbox interface {
+	ReceiveProcessorEvent(ctx context.Context, sc payments.Scope, ev payments.ProcessorEvent) error
+}
+
+// Inbound receives Stripe's webhooks (POST /stripe/webhook).
+type Inbound struct {
+	p      *Processor
+	secret string
+	inbox  Inbox
+}
+
+// Inbound returns the receiver of Stripe's webhooks signed with secret
+// (STRIPE_WEBHOOK_SECRET), storing events in inbox.
+func (p *Processor) Inbound(secret string, inbox Inbox) *Inbound {
+	return &Inbound{p: p, secret: secret, inbox: inbox}
+}
+
+// Receive verifies payload against its Stripe-Signature header with
+// stripe-go's webhook package, turns the event into a processor event of
+// the merchant whose connected account it names, and stores it once: a
+// redelivery (same Stripe event id) is a no-op. It reports whether the event
+// was kept; events of other types, of accounts not recorded here, or about
+// objects this service did not create are acknowledged and dropped, since
+// Stripe would otherwise redeliver them for days. ErrBadSignature for a
+// payload that does not verify.
+func (in *Inbound) Receive(ctx context.Context, payload []byte, signature string) (bool, error) {
+	ev, err := webhook.ConstructEventWithOptions(payload, signature, in.secret, webhook.ConstructEventOptions{
+		Tolerance: SignatureTolerance,
+		// Only fields stable across API versions are read; an endpoint
+		// registered with another version still works.
+		IgnoreAPIVersionMismatch: true,
+	})
+	if err != nil || ev.ID == "" || ev.Data == nil {
+		return false, ErrBadSignature
+	}
+	sc, pev, ok, err := in.p.translate(ctx, ev)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, in.inbox.ReceiveProcessorEvent(ctx, sc, pev)
+}
+
+// translate maps a Stripe event onto the processor event the sandbox
+// reports for the same outcome (README, "Running on Stripe"). ok is false
+// for an event with nothing to do here.
+func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.Scope, payments.ProcessorEvent, bool, error) {
+	acct, found, err := merchantOf(ctx, p.db, ev.Account, ev.Livemode)
+	if err != nil || !found {
+		return payments.Scope{}, payments.ProcessorEvent{}, false, err
+	}
+	sc := payments.Scope{MerchantID: acct.MerchantID, Live: acct.Live}
+	out := payments.ProcessorEvent{ExternalID: ev.ID, Created: time.Unix(ev.Created, 0).UTC()}
+	raw := ev.Data.Raw
+	switch ev.Type {
+	case "checkout.session.completed", "checkout.session.async_payment_succeeded", "checkout.session.async_payment_failed":
+		var s stripego.CheckoutSession
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		}
+		ours := s.ClientReferenceID
+		if !strings.HasPrefix(ours, "cs_") || s.Mode != stripego.CheckoutSessionModePayment {
+			return sc, out, false, nil // not a session this service created
+		}
+		out.Type, out.Data.SessionID = payments.ProcessorCheckoutCompleted, ours
+		switch {
+		case ev.Type == "checkout.session.async_payment_failed":
+			out.Type, out.Data.DeclineCode = payments.ProcessorCheckoutFailed, "async_payment_failed"
+		case s.PaymentStatus != stripego.CheckoutSessionPaymentStatusPaid:
+			return sc, out, false, nil // a delayed method: async_payment_succeeded follows
+		}
+		if d := s.CustomerDetails; d != nil {
+			out.Data.Email, out.Data.Name = d.Email, d.Name
+		}
+		if s.PaymentIntent != nil && s.PaymentIntent.ID != "" {
+			// Refunds and disputes of this payment name Stripe's id.
+			if err := p.remember(ctx, acct, ours, s.PaymentIntent.ID); err != nil {
+				return sc, out, false, err
+			}
+		}
+	case "payment_intent.succeeded", "payment_intent.payment_failed":
+		var pi stripego.PaymentIntent
+		if err := json.Unmarshal(raw, &pi); err != nil {
+			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		}
+		ours := pi.Metadata[metaPayment]
+		if !strings.HasPrefix(ours, "pi_") {
+			return sc, out, false, nil // a Checkout payment (its session's events tell) or not ours
+		}
+		out.Type, out.PaymentIntentID = payments.ProcessorChargeSucceeded, ours
+		if ev.Type == "payment_intent.payment_failed" {
+			out.Type, out.Data.DeclineCode = payments.ProcessorChargeFailed, "card_declined"
+			if e := pi.LastPaymentError; e != nil {
+				out.Data.DeclineCode = firstOf(string(e.DeclineCode), string(e.Code), "card_declined")
+			}
+		}
+	case "charge.refund.updated", "refund.updated":
+		var r stripego.Refund
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		}
+		ours := r.Metadata[metaRefund]
+		if !strings.HasPrefix(ours, "re_") {
+			return sc, out, false, nil
+		}
+		res := refundResult(r.Status, string(r.FailureReason))
+		out.Type, out.PaymentIntentID, out.Data.RefundID = payments.ProcessorRefundUpdated, r.Metadata[metaPayment], ours
+		switch {
+		case res.Succeeded:
+			out.Data.Status = payments.RefundSucceeded
+		case res.Pending:
+			out.Data.Status = payments.RefundPending
+		default:
+			out.Data.Status, out.Data.DeclineCode = payments.RefundFailed, res.FailureReason
+		}
+	case "charge.dispute.created", "charge.dispute.closed":
+		var d stripego.Dispute
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		}
+		if d.PaymentIntent == nil || d.PaymentIntent.ID == "" {
+			return sc, out, false, nil
+		}
+		ours, err := p.ours(ctx, acct, d.PaymentIntent.ID)
+		if err != nil || ours == "" {
+			return sc, out, false, err
+		}
+		if strings.HasPrefix(ours, "cs_") {
+			out.Data.SessionID = ours
+		} else {
+			out.PaymentIntentID = ours
+		}
+		// Evidence is sent to Stripe's dispute of our payment.
+		if err := p.remember(ctx, acct, disputeKey(ours), d.ID); err != nil {
+			return sc, out, false, err
+		}
+		out.Type, out.Data.Reason = payments.ProcessorDisputeCreated, string(d.Reason)
+		if ev.Type == "charge.dispute.closed" {
+			out.Type, out.Data.Status = payments.ProcessorDisputeClosed, string(d.Status)
+		}
+	default:
+		return sc, out, false, nil
+	}
+	out.ID = payments.NewID("pev_")
+	return sc, out, true, nil
+}
+
+// ours is our id (pi_ of an embedded payment, cs_ of a Checkout one) of a
+// Stripe payment intent; "" when this service did not create it.
+func (p *Processor) ours(ctx context.Context, acct processor.Account, stripeID string) (string, error) {
+	const q = `SELECT id FROM stripe_objects WHERE merchant_id = $1 AND livemode = $2 AND stripe_id = $3
+		AND (id LIKE 'pi\_%' OR id LIKE 'cs\_%') ORDER BY id LIKE 'pi\_%' DESC LIMIT 1`
+	var id string
+	err := p.db.GetContext(ctx, &id, q, acct.MerchantID, acct.Live, stripeID)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("find our payment of %s: %w", stripeID, err)
+	}
+	return id, nil
+}
+
+func firstOf(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
