@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -303,6 +304,8 @@ func TestSubscriptionCheckout(t *testing.T) {
 		if evs[1].Data.ID != sub.ID || evs[1].Data.Status != "active" {
 			t.Errorf("customer.subscription.created data: got %s %s", evs[1].Data.ID, evs[1].Data.Status)
 		}
+		// The payment is refundable like any other.
+		refundOK(t, h, s.key, map[string]any{"payment_intent": *got.PaymentIntent, "amount": 1000})
 		// The card number is nowhere in the database.
 		if holders := secretHolders(t, h, sandbox.CardSuccess); len(holders) > 0 {
 			t.Errorf("card number stored in %v", holders)
@@ -594,5 +597,46 @@ func TestSubscriptionSessionMachinery(t *testing.T) {
 	}
 	if n := subscriptionRows(t, h, s.id); n != 0 {
 		t.Errorf("got %d subscriptions from an expired session, want 0", n)
+	}
+}
+
+// TestSubscriptionCheckoutConcurrent: submits of one session racing each
+// other (a double click, two tabs) create one subscription and charge once;
+// the others see the session complete.
+func TestSubscriptionCheckoutConcurrent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	s := newShop(h)
+	cs := createSubSessionOK(t, h, s.key, inlineSubBody())
+	const n = 8
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := postCheckout(h, cs.ID, cardForm(sandbox.CardSuccess, "ada@example.com", "Ada"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			statuses <- r.Status
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	ok := 0
+	for st := range statuses {
+		switch st {
+		case http.StatusSeeOther:
+			ok++
+		case http.StatusGone:
+		default:
+			t.Errorf("got status %d, want 303 once and 410 for the others", st)
+		}
+	}
+	ps, _ := listPayments(t, h, s.key, "")
+	if ok != 1 || subscriptionRows(t, h, s.id) != 1 || len(ps) != 1 {
+		t.Errorf("got %d successes, %d subscriptions, %d payments; want one of each", ok, subscriptionRows(t, h, s.id), len(ps))
 	}
 }
