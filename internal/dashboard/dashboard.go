@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"paysvc/internal/httpapi"
 	"paysvc/internal/payments"
 	"paysvc/internal/ratelimit"
 )
@@ -298,19 +299,9 @@ func (v *view) fail(err error) *view {
 	return v
 }
 
-// statusOf is the HTTP status of a refused change: the API's, in short.
-func statusOf(c payments.Code) int {
-	switch c {
-	case payments.PaymentNotFound, payments.CustomerNotFound, payments.ProductNotFound, payments.EndpointNotFound,
-		payments.SubscriptionNotFound, payments.SessionNotFound:
-		return http.StatusNotFound
-	case payments.KeyCreationRateExceeded, payments.MaxKeysReached, payments.RateLimitExceeded:
-		return http.StatusTooManyRequests
-	case payments.InsufficientBalance, payments.AlreadyRefunded, payments.RefundNotAllowed:
-		return http.StatusConflict
-	}
-	return http.StatusBadRequest
-}
+// statusOf is the HTTP status of a refused change: the API's, from its
+// one table.
+func statusOf(c payments.Code) int { return httpapi.StatusOf(c) }
 
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
 	t, ok := d.pages[name]

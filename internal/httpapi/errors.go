@@ -39,6 +39,16 @@ var statusOf = map[payments.Code]int{
 	payments.MaxKeysReached:            http.StatusBadRequest,
 }
 
+// StatusOf is the HTTP status of a code, for the other HTTP surfaces (the
+// dashboard's pages) to answer as the API does; 400 for a code outside the
+// table.
+func StatusOf(c payments.Code) int {
+	if st, ok := statusOf[c]; ok {
+		return st
+	}
+	return http.StatusBadRequest
+}
+
 const internalMessage = "An unexpected error occurred. Quote the request_id when contacting support."
 
 type errorBody struct {
