@@ -282,7 +282,7 @@ func TestBrowserKeysAndRefund(t *testing.T) {
 	)
 	screenshot(t, ctx, "subscription.png")
 
-	for _, page := range []string{"refunds", "disputes", "customers", "products", "events", "webhooks", "subscriptions"} {
+	for _, page := range []string{"refunds", "disputes", "customers", "products", "events", "webhooks", "subscriptions", "settings"} {
 		do(t, ctx, "open "+page, chromedp.Navigate(s.url+"/dashboard/test/"+page), chromedp.WaitVisible(chromedp.CSS("main h1")))
 		screenshot(t, ctx, page+".png")
 	}

@@ -56,6 +56,16 @@ func TestWebhooksPages(t *testing.T) {
 	if e, _ := s.svc.Endpoint(context.Background(), sc, id); e.Status != payments.EndpointEnabled || e.FailureCount != 0 {
 		t.Errorf("after enabling: got status %s, %d failures; want enabled, 0", e.Status, e.FailureCount)
 	}
+	// Rotating shows the new secret once; the old one keeps signing for the
+	// grace period chosen.
+	a = c.do("POST", "/dashboard/test/webhooks/"+id+"/rotate", url.Values{"csrf_token": {tok}, "grace_period": {"3600"}})
+	rotated := regexp.MustCompile(`id="secret" readonly value="(whsec_[^"]+)"`).FindStringSubmatch(a.body)
+	if a.status != http.StatusOK || rotated == nil || rotated[1] == secret[1] || !strings.Contains(a.body, "also signs until") {
+		t.Errorf("rotate: got %d, want 200 with a new secret and the old one's end shown: %.300s", a.status, a.body)
+	}
+	if e, _ := s.svc.Endpoint(context.Background(), sc, id); e.PreviousSecretExpiresAt == nil {
+		t.Error("after rotating with a grace period: the previous secret has no end")
+	}
 	// An event after re-enabling is delivered to it (pending: no worker
 	// runs here); its delivery is in the log and resent from its page.
 	s.pay(m, 1000, sandbox.CardSuccess)
@@ -88,6 +98,9 @@ func TestWebhooksPages(t *testing.T) {
 	}
 	if a := cb.do("POST", "/dashboard/test/webhooks/"+id+"/deliveries/"+did[1]+"/resend", url.Values{"csrf_token": {tokB}}); a.status != http.StatusNotFound {
 		t.Errorf("resend another merchant's delivery: got %d, want 404", a.status)
+	}
+	if a := cb.do("POST", "/dashboard/test/webhooks/"+id+"/rotate", url.Values{"csrf_token": {tokB}}); a.status != http.StatusNotFound {
+		t.Errorf("rotate another merchant's endpoint: got %d, want 404", a.status)
 	}
 	if a := cb.do("POST", "/dashboard/test/webhooks/"+id+"/delete", url.Values{"csrf_token": {tokB}}); a.status != http.StatusNotFound {
 		t.Errorf("delete another merchant's endpoint: got %d, want 404", a.status)

@@ -27,7 +27,7 @@ func TestPagesRender(t *testing.T) {
 	if a := c.do("GET", "/dashboard/payments/"+pi, nil); a.status != http.StatusNotFound {
 		t.Errorf("GET the test payment in live mode: got %d, want 404", a.status)
 	}
-	for _, path := range []string{"", "/payments", "/subscriptions", "/webhooks", "/refunds", "/disputes", "/customers", "/products", "/events", "/apikeys"} {
+	for _, path := range []string{"", "/payments", "/subscriptions", "/webhooks", "/settings", "/refunds", "/disputes", "/customers", "/products", "/events", "/apikeys"} {
 		for _, base := range []string{"/dashboard", "/dashboard/test"} {
 			a := c.do("GET", base+path, nil)
 			if a.status != http.StatusOK {
@@ -56,6 +56,9 @@ func TestPagesRender(t *testing.T) {
 	}
 	if a := c.do("GET", "/dashboard/test/events?type=nope", nil); a.status != http.StatusBadRequest || !strings.Contains(a.body, "validation_error") {
 		t.Errorf("events filtered by an unknown type: got %d, want 400 validation_error", a.status)
+	}
+	if a := c.do("GET", "/dashboard/test/settings", nil); !strings.Contains(a.body, `id="account"`) || !strings.Contains(a.body, "acct_") {
+		t.Errorf("settings: want the connected account (acct_…) shown: %.300s", a.body)
 	}
 	// Times in the viewer's zone: the page's script keeps it in dash_tz.
 	c.c.Jar.SetCookies(mustURL(s.url+"/dashboard"), []*http.Cookie{{Name: "dash_tz", Value: "Asia/Tokyo", Path: "/dashboard"}})
