@@ -11,6 +11,10 @@
 #   Redis:      install Debian's redis-server if missing, then run a
 #               non-persistent redis-server daemon (data and log under .local/).
 # Remote hosts are never started: the script only waits for them.
+#   stripe-mock: `go install github.com/stripe/stripe-mock@v0.183.0` when it is
+#               not on PATH nor in $(go env GOPATH)/bin: the Stripe adapter's
+#               tests start it (v0.183.0 embeds API version 2023-10-16, the
+#               one stripe-go v76 pins), and fail under CI without it.
 #
 # Usage: deploy/local/services.sh [--chromium]
 #   --chromium  also install Debian's chromium if /usr/bin/chromium is missing
@@ -330,7 +334,20 @@ ensure_chromium() {
   [ -x /usr/bin/chromium ] || die "chromium installed but /usr/bin/chromium is missing"
 }
 
+# ---------------------------------------------------------------- stripe-mock
+
+STRIPE_MOCK_VERSION=v0.183.0
+
+ensure_stripe_mock() {
+  command -v go >/dev/null 2>&1 || return 0 # no Go, no tests to serve
+  command -v stripe-mock >/dev/null 2>&1 && return 0
+  [ -x "$(go env GOPATH)/bin/stripe-mock" ] && return 0
+  log "installing stripe-mock $STRIPE_MOCK_VERSION (go install)"
+  go install "github.com/stripe/stripe-mock@$STRIPE_MOCK_VERSION" || die "go install stripe-mock failed"
+}
+
 ensure_postgres
 ensure_redis
+ensure_stripe_mock
 if [ "$WANT_CHROMIUM" -eq 1 ]; then ensure_chromium; fi
 if [ -n "$APT_LOG" ]; then rm -f "$APT_LOG"; fi

@@ -45,6 +45,9 @@ type harnessOpts struct {
 	sessionTTL  time.Duration // checkout session lifetime; 0 = 24h
 	// allowPrivateWebhooks lets endpoints point at loopback receivers.
 	allowPrivateWebhooks bool
+	// stripeWebhook, when set, is given the service and receives POST
+	// /stripe/webhook (PROCESSOR=stripe).
+	stripeWebhook func(db *sqlx.DB, svc *payments.Service) httpapi.StripeWebhook
 }
 
 // testBox seals stored responses in tests with a fixed key.
@@ -100,6 +103,12 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 		Limiter: ratelimit.New(testenv.Redis(t), o.ratePerHour),
 		Pages:   hosted.New(svc, sb.Cards(svc), nil),
 		Secrets: testBox,
+		StripeWebhook: func() httpapi.StripeWebhook {
+			if o.stripeWebhook == nil {
+				return nil
+			}
+			return o.stripeWebhook(db, svc)
+		}(),
 	})
 	engine, ok := handler.(*gin.Engine)
 	if !ok {
