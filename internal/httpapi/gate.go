@@ -124,7 +124,7 @@ func checkHeaders(r *http.Request) error {
 			}
 		}
 	}
-	if keys := r.Header["Idempotency-Key"]; r.Method == http.MethodPost && len(keys) > 0 {
+	if keys := r.Header["Idempotency-Key"]; idempotentMethod(r.Method) && len(keys) > 0 {
 		if n := utf8.RuneCountInString(keys[0]); n < 1 || n > maxIdempotencyKey {
 			return payments.Errorf(payments.ValidationError, "Idempotency-Key must be 1 to %d characters.", maxIdempotencyKey)
 		}

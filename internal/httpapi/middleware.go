@@ -163,7 +163,11 @@ const (
 	CrashAfterCommit = "after-commit" // committed, the response not sent
 )
 
-// idempotency makes a POST with an Idempotency-Key run at most once: a repeat
+// idempotentMethod: the methods that change something take an
+// Idempotency-Key (POST, and PATCH for a subscription's quantity).
+func idempotentMethod(m string) bool { return m == http.MethodPost || m == http.MethodPatch }
+
+// idempotency makes a POST or PATCH with an Idempotency-Key run at most once: a repeat
 // with the same body replays the first response, a concurrent repeat waits
 // for it, and the same key with another body or path is a validation_error.
 // The request runs in one database transaction that claims the key, holds
@@ -171,7 +175,7 @@ const (
 // commits with its response or not at all.
 func (s *Server) idempotency(c *gin.Context) {
 	key := c.GetHeader("Idempotency-Key")
-	if c.Request.Method != http.MethodPost || key == "" {
+	if !idempotentMethod(c.Request.Method) || key == "" {
 		c.Next()
 		return
 	}

@@ -423,6 +423,7 @@ var documentedRefusals = []string{
 	"mixes the saved-price and inline forms", // createSubscriptionSession: a field of the other form
 	"next_page token",                        // listSubscriptions: page is a token of an earlier answer, sent alone
 	"no scheduled cancellation to resume",    // resumeSubscription: the subscription's state
+	"is required unless preview is given",    // changeSubscriptionQuantity: quantity or preview
 }
 
 // validationCodes are the codes that say a request broke a rule.

@@ -124,6 +124,8 @@ func New(d Deps) http.Handler {
 	v1.GET("/subscriptions/:id", s.wrap(s.getSubscription))
 	v1.POST("/subscriptions/:id/cancel", s.wrap(s.cancelSubscription))
 	v1.POST("/subscriptions/:id/resume", s.wrap(s.resumeSubscription))
+	v1.PATCH("/subscriptions/:id/quantity", s.wrap(s.changeQuantity))
+	v1.POST("/subscriptions/:id/quantity/preview", s.wrap(s.previewQuantity))
 
 	v1.POST("/customers", s.wrap(s.createCustomer))
 	v1.GET("/customers", s.wrap(s.listCustomers))

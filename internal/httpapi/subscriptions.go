@@ -108,3 +108,29 @@ func (s *Server) createSubscriptionSession(c *gin.Context) (any, error) {
 	}
 	return cs.Object(), nil
 }
+
+// changeQuantity is PATCH /v1/subscriptions/{id}/quantity.
+func (s *Server) changeQuantity(c *gin.Context) (any, error) {
+	var in payments.QuantityInput
+	if err := bindJSON(c, &in); err != nil {
+		return nil, err
+	}
+	sub, err := s.svc.ChangeQuantity(c.Request.Context(), scope(c), c.Param("id"), in)
+	if err != nil {
+		return nil, err
+	}
+	return sub.Object(), nil
+}
+
+// previewQuantity is POST /v1/subscriptions/{id}/quantity/preview.
+func (s *Server) previewQuantity(c *gin.Context) (any, error) {
+	var in payments.QuantityInput
+	if err := bindJSON(c, &in); err != nil {
+		return nil, err
+	}
+	p, err := s.svc.PreviewQuantity(c.Request.Context(), scope(c), c.Param("id"), in)
+	if err != nil {
+		return nil, err
+	}
+	return p.Object(), nil
+}

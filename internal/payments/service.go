@@ -144,6 +144,7 @@ type Store interface {
 	SubscriptionRecords
 	DashboardStore
 	SubscriptionCharges
+	QuantityStore
 }
 
 // Service holds the use cases.
