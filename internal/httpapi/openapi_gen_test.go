@@ -424,6 +424,9 @@ var documentedRefusals = []string{
 	"next_page token",                        // listSubscriptions: page is a token of an earlier answer, sent alone
 	"no scheduled cancellation to resume",    // resumeSubscription: the subscription's state
 	"is required unless preview is given",    // changeSubscriptionQuantity: quantity or preview
+	"is not a preview of this subscription",  // changeSubscriptionQuantity: an sqp_ of this subscription
+	"is not an item of this subscription",    // …Quantity: item_id names one of the subscription's items
+	"must lie in the current period",         // …Quantity: proration_date within the period, not in the future
 }
 
 // validationCodes are the codes that say a request broke a rule.
