@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -149,6 +150,9 @@ func StrandedJobs(ctx context.Context, s StrandedStore, before time.Time, limit 
 // base; other tasks (and kinds without one) use asynq's default.
 func RetryDelay(base time.Duration) asynq.RetryDelayFunc {
 	return func(n int, err error, t *asynq.Task) time.Duration {
+		if ri := (*RetryIn)(nil); errors.As(err, &ri) {
+			return ri.Delay
+		}
 		if k, ok := byType[t.Type()]; ok && k.Backoff != nil {
 			return k.Backoff(base, n)
 		}

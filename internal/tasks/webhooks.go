@@ -49,6 +49,37 @@ func DeliveryDelay(base time.Duration, retried int) time.Duration {
 	return d + jitter
 }
 
+// DeliveryRetryIn is the wait after a failed attempt made at now, when the
+// task has been retried `retried` times so far and the receiver asked, with
+// Retry-After, for at least retryAfter (0: it did not): the larger of
+// DeliveryDelay and retryAfter, retryAfter capped at 12 h like the backoff.
+// When Retry-After decides, the wait is rounded up so that now plus it is a
+// whole second: asynq keeps a retry's time in whole seconds, rounded down,
+// and runs it from that second on, which would otherwise be up to a second
+// early.
+func DeliveryRetryIn(base time.Duration, retried int, retryAfter time.Duration, now time.Time) time.Duration {
+	d := DeliveryDelay(base, retried)
+	if retryAfter <= d {
+		return d
+	}
+	at := now.Add(min(retryAfter, deliveryMaxDelay))
+	if t := at.Truncate(time.Second); t.Before(at) {
+		at = t.Add(time.Second)
+	}
+	return at.Sub(now)
+}
+
+// RetryIn is a failed task's error that says how long to wait before the
+// next attempt; RetryDelay uses it instead of the kind's backoff, so that
+// what the handler recorded (a delivery's next_retry_at) is what happens.
+type RetryIn struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryIn) Error() string { return e.Err.Error() }
+func (e *RetryIn) Unwrap() error { return e.Err }
+
 // Enqueuer puts tasks on the queues.
 type Enqueuer struct {
 	Client *asynq.Client

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
@@ -316,4 +317,128 @@ func TestRotationGrace(t *testing.T) {
 	if err := webhook.Verify(oldSecret, after.Body, after.Header.Get(webhook.SignatureHeader)); err == nil {
 		t.Errorf("after the grace, X-Service-Signature verifies with the old secret")
 	}
+}
+
+// TestHonestDeliverySemantics against real HTTPS receivers: 410 Gone
+// disables the endpoint at once; 429 and 503 with Retry-After (seconds or
+// an HTTP date) are retried no sooner than it says; a redirect is not
+// followed and fails; each attempt's reason is in the delivery log.
+func TestHonestDeliverySemantics(t *testing.T) {
+	s := newDeliveryStack(t)
+	s.startWorker(t)
+	ctx := context.Background()
+	attemptLog := func(t *testing.T, sc payments.Scope, endpointID, eventID string) []payments.AttemptObject {
+		t.Helper()
+		d, err := s.svc.EndpointDelivery(ctx, sc, endpointID, s.delivery(t, endpointID, eventID).ID)
+		if err != nil || d.AttemptLog == nil {
+			t.Fatalf("delivery of %s: %+v, %v", eventID, d, err)
+		}
+		return *d.AttemptLog
+	}
+
+	t.Run("410 disables at once", func(t *testing.T) {
+		t.Parallel()
+		sc := payments.Scope{MerchantID: s.merchant(t, "Gone shop")}
+		rc := newReceiver(t, func(int, *http.Request) int { return http.StatusGone })
+		ep := s.endpoint(t, sc, rc.URL)
+		ev := s.eventOf(t, s.pay(t, sc, sandbox.CardSuccess, nil))
+		row := s.settled(t, ep.ID, ev, 15*time.Second)
+		if row.Status != "failed" || row.Attempts != 1 || row.LastError.String != "receiver answered 410 (gone); endpoint disabled (gone)" {
+			t.Errorf("delivery: got %+v, want failed after one attempt, saying 410 disabled it", row)
+		}
+		e := s.endpointObject(t, sc, ep.ID)
+		if e.Status != payments.EndpointDisabled || e.DisabledReason == nil || *e.DisabledReason != payments.DisabledGone || e.FailureCount != 1 {
+			t.Errorf("endpoint: got %+v, want disabled (gone) after 1 failure", e)
+		}
+		rc.stays(t, 1, 300*time.Millisecond)
+	})
+
+	for _, c := range []struct {
+		name   string
+		status int
+		header func() string
+	}{
+		{"429 Retry-After seconds", http.StatusTooManyRequests, func() string { return "2" }},
+		{"503 Retry-After HTTP date", http.StatusServiceUnavailable, func() string {
+			return time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			sc := payments.Scope{MerchantID: s.merchant(t, c.name)}
+			var firstAt, notBefore, secondAt atomic.Int64
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if firstAt.Load() == 0 {
+					now := time.Now()
+					firstAt.Store(now.UnixNano())
+					v := c.header()
+					if ra, err := strconv.Atoi(v); err == nil {
+						notBefore.Store(now.Add(time.Duration(ra) * time.Second).UnixNano())
+					} else if at, err := http.ParseTime(v); err == nil {
+						notBefore.Store(at.UnixNano())
+					}
+					w.Header().Set("Retry-After", v)
+					w.WriteHeader(c.status)
+					return
+				}
+				secondAt.CompareAndSwap(0, time.Now().UnixNano())
+				w.WriteHeader(http.StatusOK)
+			}))
+			t.Cleanup(srv.Close)
+			ep := s.endpoint(t, sc, srv.URL+"/hooks")
+			ev := s.eventOf(t, s.pay(t, sc, sandbox.CardSuccess, nil))
+			// While it waits, the log says why and when the retry comes.
+			waitUntil(t, 10*time.Second, "first attempt recorded", func() (bool, string) {
+				row := s.delivery(t, ep.ID, ev)
+				return row.Attempts == 1, fmt.Sprintf("%+v", row)
+			})
+			page, err := s.svc.EndpointDeliveries(ctx, sc, ep.ID, payments.DeliveryFilter{ListParams: payments.ListParams{Limit: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := page.Data[0].Object(); d.Status == payments.DeliveryPending &&
+				(d.NextRetryAt == nil || *d.NextRetryAt < time.Unix(0, notBefore.Load()).Unix() || d.LastError == nil ||
+					!strings.Contains(*d.LastError, "Retry-After")) {
+				t.Errorf("pending delivery: got %+v, want next_retry_at no sooner than Retry-After and the reason", d)
+			}
+			row := s.settled(t, ep.ID, ev, 15*time.Second)
+			if row.Status != "succeeded" || row.Attempts != 2 {
+				t.Fatalf("delivery: got %+v, want succeeded at the second attempt", row)
+			}
+			if second, nb := time.Unix(0, secondAt.Load()), time.Unix(0, notBefore.Load()); second.Before(nb) {
+				t.Errorf("second attempt at %v, %v before Retry-After allowed it (%v)", second, nb.Sub(second), nb)
+			}
+			if a := attemptLog(t, sc, ep.ID, ev)[0]; a.HTTPStatus == nil || *a.HTTPStatus != c.status || a.Error == nil ||
+				!strings.Contains(*a.Error, fmt.Sprintf("receiver answered %d (Retry-After", c.status)) {
+				t.Errorf("attempt 1 in the log: got %+v, want %d with Retry-After", a, c.status)
+			}
+		})
+	}
+
+	t.Run("redirect not followed", func(t *testing.T) {
+		t.Parallel()
+		sc := payments.Scope{MerchantID: s.merchant(t, "Redirect shop")}
+		target := newReceiver(t, nil)
+		var n atomic.Int32
+		src := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				http.Redirect(w, r, target.URL, http.StatusFound)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		}))
+		t.Cleanup(src.Close)
+		ep := s.endpoint(t, sc, src.URL+"/hooks")
+		ev := s.eventOf(t, s.pay(t, sc, sandbox.CardSuccess, nil))
+		if row := s.settled(t, ep.ID, ev, 15*time.Second); row.Status != "succeeded" || row.Attempts != 2 {
+			t.Fatalf("delivery: got %+v, want the redirect to fail and the retry to succeed", row)
+		}
+		if a := attemptLog(t, sc, ep.ID, ev)[0]; a.HTTPStatus == nil || *a.HTTPStatus != http.StatusFound || a.Error == nil ||
+			*a.Error != "receiver answered 302 (redirects are not followed)" {
+			t.Errorf("attempt 1 in the log: got %+v, want 302, redirects are not followed", a)
+		}
+		if target.count() != 0 {
+			t.Errorf("redirect target: got %d requests, want 0", target.count())
+		}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -87,19 +88,23 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 		}
 	}
 
-	status, body, sendErr := d.send(ctx, del, secrets)
+	res := d.send(ctx, del, secrets)
 	retry, _ := asynq.GetRetryCount(ctx)
 	maxRetry, ok := asynq.GetMaxRetry(ctx)
 	if !ok {
 		maxRetry = tasks.DeliveryMaxRetry
 	}
 	now := d.Now()
+	// The wait before the next attempt, decided once: recorded as
+	// next_attempt_at and handed to asynq through the error (tasks.RetryIn).
+	wait := tasks.DeliveryRetryIn(d.RetryBase, retry, res.retryAfter, now)
+	sendErr, status := res.err, res.status
 	att := payments.DeliveryAttempt{
 		ID:           payments.NewID("wha_"),
 		At:           now,
 		HTTPStatus:   status,
-		ResponseBody: body,
-		NextAttempt:  now.Add(tasks.DeliveryDelay(d.RetryBase, retry)), // the delay asynq will wait
+		ResponseBody: res.body,
+		NextAttempt:  now.Add(wait),
 		Final:        sendErr != nil && retry >= maxRetry,
 	}
 	if sendErr != nil {
@@ -120,32 +125,71 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 		log.WarnContext(ctx, "webhook endpoint disabled", "status", status)
 		return fmt.Errorf("%s; endpoint disabled: %w", att.Error, asynq.SkipRetry)
 	}
-	return errors.New(att.Error)
+	return &tasks.RetryIn{Delay: wait, Err: errors.New(att.Error)}
 }
 
-// send POSTs the exact bytes it signs and returns the status and the start
-// of the response body (payments.AttemptResponse). A 2xx within the timeout
-// is success.
-func (d *Deliverer) send(ctx context.Context, del payments.Delivery, secrets []string) (int, string, error) {
+// sent is what came of one POST.
+type sent struct {
+	status     int    // 0 when no response came
+	body       string // the start of the response body (payments.AttemptResponse)
+	retryAfter time.Duration
+	err        error // nil for a 2xx
+}
+
+// send POSTs the exact bytes it signs and reports the receiver's answer. A
+// 2xx within the timeout is success. A 429 or 503 may carry Retry-After,
+// the least wait before the next attempt; a redirect is not followed and
+// fails, as does any other status.
+func (d *Deliverer) send(ctx context.Context, del payments.Delivery, secrets []string) sent {
 	ctx, cancel := context.WithTimeout(ctx, webhook.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, del.URL, bytes.NewReader(del.Payload))
 	if err != nil {
-		return 0, "", fmt.Errorf("build request: %v", err)
+		return sent{err: fmt.Errorf("build request: %v", err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "paysvc-webhooks/1")
 	webhook.SignHeaders(req.Header, secrets, del.EventID, del.EventType, d.Now(), del.Payload)
 	resp, err := d.Client.Do(req)
 	if err != nil {
-		return 0, "", fmt.Errorf("send: %v", err)
+		return sent{err: fmt.Errorf("send: %v", err)}
 	}
 	defer resp.Body.Close()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, payments.MaxAttemptResponse))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // drain so the connection is reused
-	body := payments.AttemptResponse(head)
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, body, fmt.Errorf("receiver answered %d", resp.StatusCode)
+	out := sent{status: resp.StatusCode, body: payments.AttemptResponse(head)}
+	switch code := resp.StatusCode; {
+	case code >= 200 && code <= 299:
+	case code >= 300 && code <= 399:
+		out.err = fmt.Errorf("receiver answered %d (redirects are not followed)", code)
+	case code == http.StatusGone:
+		out.err = fmt.Errorf("receiver answered 410 (gone)")
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		out.err = fmt.Errorf("receiver answered %d", code)
+		if ra, ok := retryAfter(resp.Header.Get("Retry-After"), d.Now()); ok {
+			out.retryAfter = ra
+			out.err = fmt.Errorf("receiver answered %d (Retry-After %s)", code, ra.Round(time.Second))
+		}
+	default:
+		out.err = fmt.Errorf("receiver answered %d", code)
 	}
-	return resp.StatusCode, body, nil
+	return out
+}
+
+// retryAfter reads a Retry-After header: delay-seconds or an HTTP-date
+// (RFC 9110 §10.2.3), relative to now.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		return time.Duration(min(n, int64(1<<62)/int64(time.Second))) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
 }
