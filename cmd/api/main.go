@@ -45,7 +45,9 @@ const usage = `usage:
   api user create --merchant ID --email EMAIL [--role admin|viewer] --password-stdin
   api sandbox payout --merchant ID --mode test|live [--currency CUR]
   api sandbox advance-clock --merchant ID --mode test|live --by DURATION (e.g. 90m, 36h, 30d)
-  api sandbox payout-bank --merchant ID --mode test|live --bank-name NAME --routing-number N --account-number-stdin`
+  api sandbox payout-bank --merchant ID --mode test|live --bank-name NAME --routing-number N --account-number-stdin
+  api listen --key svc_test_… --forward-to http://localhost:3000/hooks [--events TYPE,…] [--api URL]
+             [--interval 5s] [--state-dir DIR]`
 
 // crashHook is nil in the real binary; the crash tests of this package set
 // it in the API process they run, to kill it at a point of an idempotent
@@ -75,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serve(ctx)
 	case args[0] == "migrate":
 		err = migrate(ctx, stdout)
+	case args[0] == "listen":
+		err = listen(ctx, args[1:], stdout)
 	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "merchant stripe-account", cmd == "key create", cmd == "key revoke",
 		cmd == "user create", cmd == "sandbox payout", cmd == "sandbox advance-clock", cmd == "sandbox payout-bank":
 		err = admin_(ctx, cmd, args[2:], stdout)
