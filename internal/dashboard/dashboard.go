@@ -349,6 +349,13 @@ func (d *Dashboard) internal(w http.ResponseWriter, r *http.Request, what string
 	d.message(w, r, http.StatusInternalServerError, "Something went wrong", "Please try again in a moment.")
 }
 
+// audit logs a change made from the dashboard: who, for which merchant and
+// mode, what, on which object (never a secret).
+func (d *Dashboard) audit(rq *request, action, id string) {
+	d.log.InfoContext(rq.ctx, "dashboard change", "action", action, "object", id, "user", rq.sess.User.ID,
+		"merchant_id", rq.sc.MerchantID, "livemode", rq.sc.Live)
+}
+
 // lookupFailed answers a failed read of one object: not found (another
 // merchant's id included: it is not found in this scope) or internal.
 func (d *Dashboard) lookupFailed(rq *request, what string, err error) {

@@ -1,11 +1,15 @@
 package dashboard_test
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,11 +22,20 @@ import (
 // last use shows once it is used; a live key created from the test pages
 // is listed with the live keys.
 func TestKeysPage(t *testing.T) {
-	s := newStack(t, dashboard.Options{})
+	var logs bytes.Buffer
+	s := newStack(t, dashboard.Options{Log: slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil))})
 	m, email := s.merchant(payments.RoleAdmin)
 	c := s.client()
 	c.mustSignIn(email)
 	tok := c.csrf("/dashboard/test/apikeys")
+	t.Cleanup(func() {
+		if !strings.Contains(logs.String(), `"action":"api_key.create"`) {
+			t.Error("want key creations in the audit log")
+		}
+		if strings.Contains(logs.String(), "svc_test_") || strings.Contains(logs.String(), password) {
+			t.Error("a key secret or the password is in the logs")
+		}
+	})
 	create := func(mode, expiry string) answer {
 		return c.do("POST", "/dashboard/test/apikeys", url.Values{"csrf_token": {tok}, "mode": {mode}, "expires_in": {expiry}})
 	}
@@ -114,4 +127,16 @@ func TestFullRefund(t *testing.T) {
 	if a := c.do("POST", "/dashboard/test/payments/"+pi+"/refund", url.Values{"csrf_token": {tok[1]}, "amount": {"1.234"}}); a.status != http.StatusBadRequest || !strings.Contains(a.body, "validation_error") {
 		t.Errorf("an amount with 3 decimals: got %d, want 400 validation_error", a.status)
 	}
+}
+
+// syncWriter serializes writes of concurrent handlers to one buffer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

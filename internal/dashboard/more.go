@@ -75,6 +75,7 @@ func (d *Dashboard) createEndpoint(rq *request) {
 		return
 	}
 	if err == nil {
+		d.audit(rq, "webhook_endpoint.create", e.ID)
 		wv = &webhooksView{Created: &e, Events: "*"}
 	}
 	d.webhooksPage(rq, wv, err)
@@ -166,6 +167,7 @@ func (d *Dashboard) rotateSecret(rq *request) {
 		d.show(rq, "endpoint.html", v.fail(err))
 		return
 	}
+	d.audit(rq, "webhook_endpoint.rotate_secret", id)
 	ev.Secret = e.Secret
 	v.Notice = "Signing secret rotated."
 	d.show(rq, "endpoint.html", v)
@@ -250,6 +252,7 @@ func (d *Dashboard) resend(rq *request) {
 		d.show(rq, "delivery.html", rq.view("Delivery "+did, "webhooks", dv).fail(err))
 		return
 	}
+	d.audit(rq, "event.resend", nd.ID)
 	http.Redirect(rq.w, rq.r, rq.base()+"/webhooks/"+id+"/deliveries/"+nd.ID+"?done=resent", http.StatusSeeOther)
 }
 
@@ -279,6 +282,7 @@ func (d *Dashboard) endpointStatus(rq *request) {
 		d.show(rq, "endpoint.html", rq.view("Webhook endpoint "+id, "webhooks", endpointView{Endpoint: e}).fail(err))
 		return
 	}
+	d.audit(rq, "webhook_endpoint."+status, id)
 	http.Redirect(rq.w, rq.r, rq.base()+"/webhooks/"+id+"?done=endpoint_"+status, http.StatusSeeOther)
 }
 
@@ -295,6 +299,7 @@ func (d *Dashboard) deleteEndpoint(rq *request) {
 		d.internal(rq.w, rq.r, "delete endpoint", err)
 		return
 	}
+	d.audit(rq, "webhook_endpoint.delete", id)
 	http.Redirect(rq.w, rq.r, rq.base()+"/webhooks?done=endpoint_deleted", http.StatusSeeOther)
 }
 
@@ -398,6 +403,7 @@ func (d *Dashboard) changeSubscription(rq *request, what string, change func(id 
 	err := change(id)
 	switch code := payments.ErrorCode(err); {
 	case err == nil:
+		d.audit(rq, "subscription."+what, id)
 		http.Redirect(rq.w, rq.r, rq.base()+"/subscriptions/"+id+"?done=sub_"+what, http.StatusSeeOther)
 	case code == payments.SubscriptionNotFound:
 		d.notFound(rq.w, rq.r)

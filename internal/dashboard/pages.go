@@ -260,7 +260,8 @@ func (d *Dashboard) refund(rq *request) {
 		}
 		in.Amount = &amount
 	}
-	if _, err := d.svc.CreateRefund(rq.ctx, rq.sc, in); err != nil {
+	re, err := d.svc.CreateRefund(rq.ctx, rq.sc, in)
+	if err != nil {
 		if payments.ErrorCode(err) == "" {
 			d.internal(rq.w, rq.r, "create refund", err)
 			return
@@ -268,6 +269,7 @@ func (d *Dashboard) refund(rq *request) {
 		d.show(rq, "payment.html", rq.view("Payment "+id, "payments", pv).fail(err))
 		return
 	}
+	d.audit(rq, "refund.create", re.ID)
 	http.Redirect(rq.w, rq.r, rq.base()+"/payments/"+id+"?done=refund", http.StatusSeeOther)
 }
 
@@ -394,6 +396,7 @@ func (d *Dashboard) evidence(rq *request) {
 		d.show(rq, "dispute.html", rq.view("Dispute "+id, "disputes", dv).fail(err))
 		return
 	}
+	d.audit(rq, "dispute.evidence", id)
 	done := "evidence"
 	if submit {
 		done = "submit"
@@ -597,6 +600,7 @@ func (d *Dashboard) createKey(rq *request) {
 		d.show(rq, "apikeys.html", v.fail(err))
 		return
 	}
+	d.audit(rq, "api_key.create", k.ID)
 	kv.Secret = &newKey{ID: k.ID, Secret: k.Secret, Mode: modeName(k.Live)}
 	v.Status = http.StatusCreated
 	d.show(rq, "apikeys.html", v)
@@ -615,5 +619,6 @@ func (d *Dashboard) revokeKey(rq *request) {
 		d.internal(rq.w, rq.r, "revoke key", err)
 		return
 	}
+	d.audit(rq, "api_key.revoke", id)
 	http.Redirect(rq.w, rq.r, rq.base()+"/apikeys?done=revoked", http.StatusSeeOther)
 }
