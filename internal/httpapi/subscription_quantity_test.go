@@ -247,3 +247,42 @@ func TestQuantityRefusals(t *testing.T) {
 		t.Errorf("quantity after refusals: got %d, want 1", got.Quantity)
 	}
 }
+
+// A declined always_invoice charge is not retried on its own: its amount
+// and items go back to pending, for the next renewal to charge.
+func TestQuantityDeclinedChargeGoesBackToPending(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	s := newShop(h)
+	sub, at := quantitySub(t, h, s, 1)
+	card := "card_declines_" + sub.ID
+	if _, err := h.db.Exec(`INSERT INTO sandbox_cards (id, merchant_id, livemode, customer_id, brand, last4, exp_month, exp_year, behavior)
+		SELECT $1, merchant_id, livemode, customer_id, 'visa', '0341', 12, 2040, 'declines' FROM subscriptions WHERE id = $2`, card, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.db.Exec(`UPDATE subscriptions SET card_id = $1 WHERE id = $2`, card, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantOK(t, patchQuantity(h, s.key, sub.ID, map[string]any{"quantity": 2, "proration_behavior": "always_invoice", "proration_date": at}))
+	var chID string
+	if err := h.db.Get(&chID, `SELECT id FROM subscription_charges WHERE subscription_id = $1 AND kind = 'proration'`, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.ChargeSubscription(context.Background(), s.sc, chID); err != nil {
+		t.Fatal(err)
+	}
+	if ch := prorationCharges(t, h, sub.ID); fmt.Sprint(ch) != "[666 failed]" {
+		t.Errorf("proration charge: got %v, want 666 failed", ch)
+	}
+	r := h.do("GET", "/v1/subscriptions/"+sub.ID, s.key, nil)
+	wantOK(t, r)
+	var got quantityView
+	r.data(t, &got)
+	var unbilled int64
+	if err := h.db.Get(&unbilled, `SELECT coalesce(sum(amount), 0) FROM subscription_proration_items WHERE subscription_id = $1 AND billed_by IS NULL`, sub.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got.PendingProration != 666 || unbilled != 666 || got.Status != "active" {
+		t.Errorf("after the decline: got %s pending %d, unbilled items %d, want active, 666 and 666", got.Status, got.PendingProration, unbilled)
+	}
+}
