@@ -30,7 +30,7 @@ func newProcessor(db *sqlx.DB, base string) *stripe.Processor {
 
 // connected makes a merchant with a Stripe connected account in mode live,
 // as `api merchant stripe-account` records it.
-func connected(t *testing.T, db *sqlx.DB, live bool) processor.Account {
+func connected(t testing.TB, db *sqlx.DB, live bool) processor.Account {
 	t.Helper()
 	id := payments.NewID("mch_")
 	if _, err := db.Exec(`INSERT INTO merchants (id, name, email, plan) VALUES ($1, 'Stripe shop', '', 'pro')`, id); err != nil {
