@@ -43,7 +43,7 @@ func run(ctx context.Context) error {
 	}
 	_, closeQueue := env.Enqueuer() // expiries, refunds and disputes write events with deliveries
 	defer closeQueue()
-	srv := asynq.NewServer(env.RedisOpt, asynq.Config{
+	srv := asynq.NewServerFromRedisClient(env.Redis, asynq.Config{
 		// Deliveries mostly wait on receivers, so concurrency is well above
 		// the core count.
 		Concurrency:    50,

@@ -30,11 +30,17 @@ import (
 
 // Env is a process's connections and configuration.
 type Env struct {
-	Config   config.Config
-	Log      *slog.Logger
-	DB       *sqlx.DB
-	Store    *postgres.Store
-	Redis    *redis.Client
+	Config config.Config
+	Log    *slog.Logger
+	DB     *sqlx.DB
+	Store  *postgres.Store
+	// Redis is the process's one Redis client, built from REDIS_URL
+	// (config.RedisOptions): Asynq's client and server, the rate limiters
+	// and the health check share it, so all follow a Sentinel failover
+	// the same way.
+	Redis redis.UniversalClient
+	// RedisOpt are the same options for the dashboard (asynqmon), which
+	// takes options rather than a client.
 	RedisOpt asynq.RedisConnOpt
 }
 
@@ -62,18 +68,23 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	ropt, err := redis.ParseURL(cfg.RedisURL)
+	ropt, err := config.RedisOptions(cfg.RedisURL, cfg.RedisPassword)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
-	rdb := redis.NewClient(ropt)
-	aopt, err := asynq.ParseRedisURI(cfg.RedisURL)
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
-	}
+	rdb := redis.NewUniversalClient(ropt)
+	aopt := asynqOpt(ropt)
 	return &Env{Config: cfg, Log: log, DB: db, Store: postgres.New(db), Redis: rdb, RedisOpt: aopt}, nil
+}
+
+// asynqOpt is o for asynq's RedisConnOpt.
+func asynqOpt(o *redis.UniversalOptions) asynq.RedisConnOpt {
+	if o.MasterName != "" {
+		return asynq.RedisFailoverClientOpt{MasterName: o.MasterName, SentinelAddrs: o.Addrs, SentinelPassword: o.SentinelPassword,
+			Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
+	}
+	return asynq.RedisClientOpt{Addr: o.Addrs[0], Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
 }
 
 // Close releases the connections.
@@ -101,15 +112,23 @@ func SignalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// EnqueueBudget bounds the after-commit enqueue of a request's jobs.
+const EnqueueBudget = 300 * time.Millisecond
+
 // Enqueuer connects an Asynq client and has the store enqueue the jobs of
 // every transaction (webhook deliveries, refunds …) after it commits. Call
 // the returned function at shutdown.
 func (e *Env) Enqueuer() (*tasks.Enqueuer, func()) {
-	client := asynq.NewClient(e.RedisOpt)
+	client := asynq.NewClientFromRedisClient(e.Redis)
 	enq := &tasks.Enqueuer{Client: client, Log: e.Log, Redis: e.Redis}
 	e.Store.OnCommit(func(ctx context.Context, jobs []payments.Job) {
-		// The request may be ending; the rows are committed either way.
-		enq.Enqueue(context.WithoutCancel(ctx), tasks.ForJobs(jobs))
+		// The request may be ending; the rows are committed either way, and
+		// the relay enqueues what this misses: with Redis down or failing
+		// over, the request waits EnqueueBudget at most, not go-redis's
+		// retries (about 2 s per command).
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), EnqueueBudget)
+		defer cancel()
+		enq.Enqueue(ctx, tasks.ForJobs(jobs))
 	})
 	return enq, func() { client.Close() }
 }

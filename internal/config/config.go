@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Config is the whole configuration of api, worker and scheduler.
@@ -29,8 +27,11 @@ type Config struct {
 	DatabasePoolerPrepared bool
 	// DatabaseDirectURL reaches PostgreSQL without the pooler (default
 	// DATABASE_URL): migrations and anything else that holds a session.
-	DatabaseDirectURL   string
-	RedisURL            string
+	DatabaseDirectURL string
+	RedisURL          string
+	// RedisPassword is REDIS_PASSWORD: the master's password under
+	// Sentinel (see RedisOptions).
+	RedisPassword       string
 	APIAddr             string
 	AdminAddr           string     // the running process's admin listener: app.Setup picks it from AdminAddrs
 	AdminAddrs          AdminAddrs // the three processes' admin listeners
@@ -149,6 +150,7 @@ func Load(getenv func(string) string) (Config, error) {
 		DatabaseURL:              get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/payments?sslmode=disable"),
 		DatabasePoolMode:         get("DATABASE_POOL_MODE", "session"),
 		RedisURL:                 get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		RedisPassword:            getenv("REDIS_PASSWORD"),
 		APIAddr:                  get("API_ADDR", ":8080"),
 		AdminUser:                getenv("ADMIN_USER"),
 		AdminPassword:            getenv("ADMIN_PASSWORD"),
@@ -182,8 +184,8 @@ func Load(getenv func(string) string) (Config, error) {
 		bad("DATABASE_POOL_MODE", "must be session or transaction, got %q", c.DatabasePoolMode)
 	}
 	c.DatabasePoolerPrepared = boolean(get("DATABASE_POOLER_PREPARED_STATEMENTS", "false"), "DATABASE_POOLER_PREPARED_STATEMENTS", bad)
-	if _, err := redis.ParseURL(c.RedisURL); err != nil {
-		bad("REDIS_URL", "must be a redis:// URL (%v)", err)
+	if _, err := RedisOptions(c.RedisURL, c.RedisPassword); err != nil {
+		bad("REDIS_URL", "must be a redis://, rediss:// or redis-sentinel:// URL (%v)", err)
 	}
 	for name, addr := range map[string]string{"API_ADDR": c.APIAddr, "API_ADMIN_ADDR": getenv("API_ADMIN_ADDR"),
 		"WORKER_ADMIN_ADDR": getenv("WORKER_ADMIN_ADDR"), "SCHEDULER_ADMIN_ADDR": getenv("SCHEDULER_ADMIN_ADDR")} {

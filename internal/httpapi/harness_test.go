@@ -14,6 +14,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
 
 	"paysvc/internal/apispec/validate"
 	"paysvc/internal/hosted"
@@ -48,6 +49,8 @@ type harnessOpts struct {
 	// stripeWebhook, when set, is given the service and receives POST
 	// /stripe/webhook (PROCESSOR=stripe).
 	stripeWebhook func(db *sqlx.DB, svc *payments.Service) httpapi.StripeWebhook
+	// limiterRedis is the rate limiter's Redis; nil = this binary's test database.
+	limiterRedis redis.UniversalClient
 }
 
 // testBox seals stored responses in tests with a fixed key.
@@ -97,10 +100,14 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 		payments.WithSecrets(testBox), payments.WithEndpointCheck(func(ctx context.Context, u string) error {
 			return webhook.CheckURL(ctx, u, o.allowPrivateWebhooks)
 		}))
+	var limiterRedis redis.UniversalClient = testenv.Redis(t)
+	if o.limiterRedis != nil {
+		limiterRedis = o.limiterRedis
+	}
 	handler = httpapi.New(httpapi.Deps{
 		Service: svc,
 		Store:   store,
-		Limiter: ratelimit.New(testenv.Redis(t), o.ratePerHour),
+		Limiter: ratelimit.New(limiterRedis, o.ratePerHour),
 		Pages:   hosted.New(svc, sb.Cards(svc), nil),
 		Secrets: testBox,
 		StripeWebhook: func() httpapi.StripeWebhook {

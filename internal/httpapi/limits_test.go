@@ -15,8 +15,59 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
 	"paysvc/internal/payments"
 )
+
+// TestRateLimitRedisDown: with the limiter's Redis refusing connections a
+// request goes through unlimited (no X-RateLimit-* headers) within the
+// limiter's short budget, not after go-redis's retries (about 1.7 s), and
+// counts in paysvc_ratelimit_unavailable_total.
+func TestRateLimitRedisDown(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := l.Addr().String()
+	l.Close() // nothing listens there now: connections are refused
+	rdb := redis.NewClient(&redis.Options{Addr: down})
+	defer rdb.Close()
+	h := newHarness(t, harnessOpts{limiterRedis: rdb})
+	key := h.testKey()
+	before := unavailableCount(t)
+	for i := range 3 {
+		start := time.Now()
+		r := h.do("GET", "/v1/products", key, nil)
+		took := time.Since(start)
+		wantOK(t, r)
+		if got := r.Header.Get("X-RateLimit-Limit"); got != "" {
+			t.Errorf("request %d: got X-RateLimit-Limit %q with the limiter down, want none", i, got)
+		}
+		if took > 700*time.Millisecond {
+			t.Errorf("request %d with Redis down took %v, want well under a second", i, took)
+		}
+	}
+	if got := unavailableCount(t) - before; got < 3 {
+		t.Errorf("paysvc_ratelimit_unavailable_total grew by %v, want at least 3", got)
+	}
+}
+
+func unavailableCount(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "paysvc_ratelimit_unavailable_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
 
 func TestRateLimit(t *testing.T) {
 	t.Parallel()

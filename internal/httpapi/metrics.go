@@ -19,6 +19,10 @@ var (
 		Help:    "API request latency by route.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"method", "route"})
+	rateLimitUnavailable = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "paysvc_ratelimit_unavailable_total",
+		Help: "API requests let through unlimited because the rate limiter's Redis did not answer in time.",
+	})
 )
 
 // metrics records each request's status and latency by route template, so
