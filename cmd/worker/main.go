@@ -53,8 +53,10 @@ func run(ctx context.Context) error {
 		TaskCheckInterval:        20 * time.Millisecond,
 		DelayedTaskCheckInterval: time.Second,
 		Queues:                   tasks.Queues,
-		ShutdownTimeout:          20 * time.Second,
-		Logger:                   app.AsynqLogger{Log: env.Log},
+		// Below the pod's terminationGracePeriodSeconds (deploy/k8s), so
+		// that tasks still running are handed back before SIGKILL.
+		ShutdownTimeout: env.Config.WorkerShutdownTimeout,
+		Logger:          app.AsynqLogger{Log: env.Log},
 	})
 	mux := asynq.NewServeMux()
 	(&worker.Handlers{Service: d.Service, Store: env.Store, Log: env.Log, EventRetention: env.Config.EventRetention}).Register(mux)
@@ -74,8 +76,11 @@ func run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return admin.Serve(gctx, env.Config.AdminAddr, admin.Handler(*env.Admin()), env.Log) })
 	err = g.Wait()
-	// Shutdown waits for running tasks (up to ShutdownTimeout); unfinished
-	// ones go back to the queue and run again elsewhere.
+	// Shutdown stops fetching and waits for running tasks up to
+	// WORKER_SHUTDOWN_TIMEOUT; unfinished ones go back to the queue at once
+	// (no lease to wait out) and run again elsewhere, from the start: each
+	// handler is keyed by its row, so a refund the processor already
+	// executed is recorded, not executed again.
 	srv.Shutdown()
 	env.Log.Info("stopped")
 	if errors.Is(err, http.ErrServerClosed) {

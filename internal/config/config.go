@@ -68,6 +68,10 @@ type Config struct {
 	// SandboxRefundLatency delays the sandbox's answer to a refund after it
 	// executed it (tests of a worker dying mid-refund; demos of slow processors).
 	SandboxRefundLatency time.Duration
+	// WorkerShutdownTimeout is how long a stopping worker waits for its
+	// running tasks before handing them back to the queue (asynq's
+	// ShutdownTimeout); keep it below the pod's terminationGracePeriodSeconds.
+	WorkerShutdownTimeout time.Duration
 }
 
 // AdminAddrs are the admin listeners of the three processes. The rule:
@@ -242,6 +246,7 @@ func Load(getenv func(string) string) (Config, error) {
 	} else {
 		c.SandboxRefundLatency = d
 	}
+	c.WorkerShutdownTimeout = positiveDuration(get("WORKER_SHUTDOWN_TIMEOUT", "20s"), "WORKER_SHUTDOWN_TIMEOUT", bad)
 	c.WebhookAllowPrivateNetworks = boolean(get("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "false"), "WEBHOOK_ALLOW_PRIVATE_NETWORKS", bad)
 	c.WebhookTLSInsecure = boolean(get("WEBHOOK_TLS_INSECURE", "false"), "WEBHOOK_TLS_INSECURE", bad)
 

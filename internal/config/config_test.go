@@ -33,6 +33,7 @@ func TestLoadDefaults(t *testing.T) {
 	}{
 		{"DATABASE_URL", c.DatabaseURL, "postgres://postgres@127.0.0.1:5432/payments?sslmode=disable"},
 		{"DATABASE_POOL_MODE", c.DatabasePoolMode, "session"},
+		{"WORKER_SHUTDOWN_TIMEOUT", c.WorkerShutdownTimeout, 20 * time.Second},
 		{"DATABASE_DIRECT_URL (DATABASE_URL)", c.DatabaseDirectURL, c.DatabaseURL},
 		{"DATABASE_POOLER_PREPARED_STATEMENTS", c.DatabasePoolerPrepared, false},
 		{"REDIS_URL", c.RedisURL, "redis://127.0.0.1:6379/0"},
@@ -79,6 +80,7 @@ func TestLoadOverrides(t *testing.T) {
 	vars := map[string]string{
 		"DATABASE_URL":                        "postgresql://app@db.internal:5433/pay?sslmode=require",
 		"DATABASE_POOL_MODE":                  "transaction",
+		"WORKER_SHUTDOWN_TIMEOUT":             "45s",
 		"DATABASE_DIRECT_URL":                 "postgresql://app@db-direct.internal:5432/pay?sslmode=require",
 		"DATABASE_POOLER_PREPARED_STATEMENTS": "true",
 		"REDIS_URL":                           "redis://cache.internal:6380/3",
@@ -117,6 +119,7 @@ func TestLoadOverrides(t *testing.T) {
 	}{
 		{"DATABASE_URL", c.DatabaseURL, vars["DATABASE_URL"]},
 		{"DATABASE_POOL_MODE", c.DatabasePoolMode, "transaction"},
+		{"WORKER_SHUTDOWN_TIMEOUT", c.WorkerShutdownTimeout, 45 * time.Second},
 		{"DATABASE_DIRECT_URL", c.DatabaseDirectURL, vars["DATABASE_DIRECT_URL"]},
 		{"DATABASE_POOLER_PREPARED_STATEMENTS", c.DatabasePoolerPrepared, true},
 		{"REDIS_URL", c.RedisURL, vars["REDIS_URL"]},
@@ -249,6 +252,7 @@ func TestLoadBadValues(t *testing.T) {
 		{"PUBLIC_BASE_URL relative", map[string]string{"PUBLIC_BASE_URL": "/pay"}, "PUBLIC_BASE_URL"},
 		{"DATABASE_URL mysql", map[string]string{"DATABASE_URL": "mysql://"}, "DATABASE_URL"},
 		{"DATABASE_DIRECT_URL mysql", map[string]string{"DATABASE_DIRECT_URL": "mysql://"}, "DATABASE_DIRECT_URL"},
+		{"WORKER_SHUTDOWN_TIMEOUT zero", map[string]string{"WORKER_SHUTDOWN_TIMEOUT": "0s"}, "WORKER_SHUTDOWN_TIMEOUT"},
 		{"DATABASE_POOL_MODE statement", map[string]string{"DATABASE_POOL_MODE": "statement"}, "DATABASE_POOL_MODE"},
 		{"DATABASE_POOLER_PREPARED_STATEMENTS maybe", map[string]string{"DATABASE_POOLER_PREPARED_STATEMENTS": "maybe"}, "DATABASE_POOLER_PREPARED_STATEMENTS"},
 		{"REDIS_URL http", map[string]string{"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL"},

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -618,6 +619,50 @@ func TestRefundExactlyOnceAfterWorkerKilled(t *testing.T) {
 		t.Fatalf("refund after the second worker: got %+v, want succeeded", got)
 	}
 	t.Logf("refund finished %v after the kill", time.Since(killedAt).Round(100*time.Millisecond))
+	s.checkRefundedOnce(t, sc, r.ID)
+	checkBalance(t, "balance at the end", s.usdBalance(t, sc), 2*netPaid-paid, 0)
+	checkPayment(t, "payment at the end", s.paymentMoney(t, pis[0]), paid, 0)
+}
+
+// TestRefundExactlyOnceAfterWorkerStopped: SIGTERM while a refund waits on
+// a slow processor (SANDBOX_REFUND_LATENCY 20 s) that already executed it.
+// The worker stops within WORKER_SHUTDOWN_TIMEOUT (1 s here), far inside the
+// latency, handing the task straight back to the queue (no lease to wait
+// out); the next worker runs it to its end, and the refund happens once.
+func TestRefundExactlyOnceAfterWorkerStopped(t *testing.T) {
+	bin := buildWorker(t)
+	s := newDeliveryStack(t)
+	sc := payments.Scope{MerchantID: s.merchant(t, "Stopped refund shop")}
+	pis := s.fund(t, sc, 2)
+
+	t.Setenv("SANDBOX_REFUND_LATENCY", "20s")
+	t.Setenv("WORKER_SHUTDOWN_TIMEOUT", "1s")
+	first := startWorkerProcess(t, s, bin, "first worker")
+	r := s.refund(t, sc, pis[0], paid)
+	waitUntil(t, 30*time.Second, "the sandbox to have executed "+r.ID, func() (bool, string) {
+		n := s.count(t, `SELECT count(*) FROM sandbox_refunds WHERE refund_id = $1`, r.ID)
+		return n == 1, fmt.Sprintf("%d sandbox_refunds rows", n)
+	})
+	stoppedAt := time.Now()
+	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker still running 10 s after SIGTERM with WORKER_SHUTDOWN_TIMEOUT=1s")
+	}
+	t.Logf("worker stopped %v after SIGTERM", time.Since(stoppedAt).Round(100*time.Millisecond))
+	if info, err := s.insp.GetTaskInfo(tasks.QueueCritical, r.ID); err != nil || info.State != asynq.TaskStatePending {
+		t.Errorf("refund task after the stop: got %+v, %v; want it pending again", info, err)
+	}
+
+	t.Setenv("SANDBOX_REFUND_LATENCY", "0s")
+	startWorkerProcess(t, s, bin, "second worker")
+	if got := s.finished(t, sc, r.ID, 30*time.Second); got.Status != payments.RefundSucceeded {
+		t.Fatalf("refund after the second worker: got %+v, want succeeded", got)
+	}
+	t.Logf("refund finished %v after SIGTERM", time.Since(stoppedAt).Round(100*time.Millisecond))
 	s.checkRefundedOnce(t, sc, r.ID)
 	checkBalance(t, "balance at the end", s.usdBalance(t, sc), 2*netPaid-paid, 0)
 	checkPayment(t, "payment at the end", s.paymentMoney(t, pis[0]), paid, 0)
