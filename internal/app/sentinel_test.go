@@ -40,8 +40,9 @@ func TestSentinelFailover(t *testing.T) {
 	dir := t.TempDir()
 	primary, replica := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
-	primaryCmd := startDaemon(t, "redis-server", "--port", port(primary), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	startDaemon(t, "redis-server", "--port", port(replica), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	// --dir: a replica writes the primary's snapshot to disk while it syncs.
+	primaryCmd := startDaemon(t, "redis-server", "--port", port(primary), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	startDaemon(t, "redis-server", "--port", port(replica), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
 		"--replicaof", "127.0.0.1", port(primary))
 	var sentinels []string
 	for i := range 3 {
