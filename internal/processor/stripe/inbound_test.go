@@ -32,7 +32,6 @@ type inboundEnv struct {
 	acct   processor.Account
 	sc     payments.Scope
 	stripe string // the connected account id
-	n      int
 }
 
 func newInboundEnv(t *testing.T) *inboundEnv {
