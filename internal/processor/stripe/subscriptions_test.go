@@ -18,6 +18,7 @@ import (
 
 	"paysvc/internal/payments"
 	"paysvc/internal/processor"
+	"paysvc/internal/processor/processortest"
 	"paysvc/internal/processor/stripe/stripemock"
 	"paysvc/internal/testenv"
 )
@@ -229,3 +230,24 @@ func TestSubscriptionManagementOnStripe(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestBillingContract runs processor.Billing's contract on the adapter
+// against stripe-mock.
+func TestBillingContract(t *testing.T) {
+	db := testenv.DB(t)
+	p := newProcessor(db, stripemock.Start(t))
+	processortest.RunBilling(t, processortest.BillingHarness{
+		Harness: processortest.Harness{
+			New:         func(t *testing.T) processor.Processor { return p },
+			Account:     func(t *testing.T, live bool) processor.Account { return connected(t, db, live) },
+			Unavailable: func(t *testing.T) processor.Processor { return newProcessor(db, closedPort(t)) },
+			NewID:       payments.NewID,
+			Stateless:   true,
+		},
+		Subscribed: func(t *testing.T, acct processor.Account, id string) {
+			if err := p.Remember(context.Background(), acct, id, "sub_"+id[4:]); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
