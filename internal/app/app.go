@@ -64,6 +64,9 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 	if cfg.SecretsKeyIsDev && process != "cli" {
 		log.Warn("SECRETS_KEY is not set: using the built-in development key; webhook secrets are NOT protected at rest. Set SECRETS_KEY (openssl rand -base64 32) in production.")
 	}
+	if cfg.PortalSigningKeyIsDev && process == "api" {
+		log.Warn("PORTAL_SIGNING_KEY is not set: using the built-in development key; anyone with the source can forge customer-portal URLs. Set PORTAL_SIGNING_KEY (openssl rand -base64 32) in production.")
+	}
 	db, err := postgres.OpenMode(ctx, cfg.DatabaseURL, maxConns, cfg.DatabasePoolMode, cfg.DatabasePoolerPrepared)
 	if err != nil {
 		return nil, err
@@ -184,6 +187,7 @@ func (e *Env) Domain() (*Domain, error) {
 	opts := []payments.Option{
 		payments.WithProcessor(proc), payments.WithSessionTTL(e.Config.CheckoutSessionTTL),
 		payments.WithSecrets(box), payments.WithEndpointCheck(e.EndpointCheck()),
+		payments.WithPortal(e.Config.PortalSigningKey, e.Config.PortalSessionTTL, e.Config.PublicBaseURL),
 	}
 	if e.Config.Processor == "sandbox" {
 		opts = append(opts, payments.WithSandboxClocks())

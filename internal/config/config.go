@@ -57,7 +57,14 @@ type Config struct {
 	CheckoutSessionTTL time.Duration
 	// DashboardSessionTTL is how long a dashboard sign-in lasts.
 	DashboardSessionTTL time.Duration
-	WebhookRetryBase    time.Duration
+	// PortalSigningKey signs customer-portal URLs (HMAC-SHA256);
+	// PortalSigningKeyIsDev when it is the built-in development key.
+	PortalSigningKey      []byte
+	PortalSigningKeyIsDev bool
+	// PortalSessionTTL is how long a portal URL stays usable, on the
+	// merchant's clock.
+	PortalSessionTTL time.Duration
+	WebhookRetryBase time.Duration
 	// EventRetention is how long events (and their finished deliveries)
 	// are kept before the scheduler's sweep deletes them.
 	EventRetention              time.Duration
@@ -133,6 +140,10 @@ func adminAddrs(get func(name, def string) string, bad func(name, format string,
 // devSecretsKey is used when SECRETS_KEY is unset, with a loud warning:
 // development only, since anyone with the source can read secrets under it.
 var devSecretsKey = []byte("paysvc-development-key-32-bytes!")
+
+// devPortalSigningKey is used when PORTAL_SIGNING_KEY is unset, with a loud
+// warning: anyone with the source could forge portal URLs under it.
+var devPortalSigningKey = []byte("paysvc-development-portal-signing-key")
 
 // FromEnv reads the configuration from the process environment.
 func FromEnv() (Config, error) { return Load(os.Getenv) }
@@ -232,9 +243,20 @@ func Load(getenv func(string) string) (Config, error) {
 		c.SecretsKey = k
 	}
 
+	// A portal URL is a capability: the key must be at least as strong as
+	// the HMAC it keys (32 bytes).
+	if raw := getenv("PORTAL_SIGNING_KEY"); raw == "" {
+		c.PortalSigningKey, c.PortalSigningKeyIsDev = devPortalSigningKey, true
+	} else if k, err := base64.StdEncoding.DecodeString(raw); err != nil || len(k) < 32 {
+		bad("PORTAL_SIGNING_KEY", "must be at least 32 bytes, base64-encoded (generate one with `openssl rand -base64 32`)")
+	} else {
+		c.PortalSigningKey = k
+	}
+
 	c.RateLimitPerHour = positiveInt(get("RATE_LIMIT_PER_HOUR", "1000"), "RATE_LIMIT_PER_HOUR", bad)
 	c.CheckoutSessionTTL = positiveDuration(get("CHECKOUT_SESSION_TTL", "24h"), "CHECKOUT_SESSION_TTL", bad)
 	c.DashboardSessionTTL = positiveDuration(get("DASHBOARD_SESSION_TTL", "12h"), "DASHBOARD_SESSION_TTL", bad)
+	c.PortalSessionTTL = positiveDuration(get("PORTAL_SESSION_TTL", "1h"), "PORTAL_SESSION_TTL", bad)
 	c.WebhookRetryBase = positiveDuration(get("WEBHOOK_RETRY_BASE", "30s"), "WEBHOOK_RETRY_BASE", bad)
 	if d, err := time.ParseDuration(get("EVENT_RETENTION", "720h")); err != nil || d < time.Hour {
 		bad("EVENT_RETENTION", "must be a duration of at least 1h such as 720h (30 days)")

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jmoiron/sqlx"
 
 	"paysvc/internal/hosted"
 	"paysvc/internal/httpapi"
@@ -51,12 +52,20 @@ const (
 // stack is a real API server with the sandbox processor and the hosted
 // pages, like internal/httpapi's harness.
 type stack struct {
-	t   *testing.T
-	url string
-	svc *payments.Service
+	t     *testing.T
+	url   string
+	svc   *payments.Service
+	store *postgres.Store
+	db    *sqlx.DB
 }
 
 func newStack(t *testing.T, sessionTTL time.Duration) *stack {
+	t.Helper()
+	return newStackKey(t, sessionTTL, testPortalKey)
+}
+
+// newStackKey is newStack signing portal URLs with portalKey.
+func newStackKey(t *testing.T, sessionTTL time.Duration, portalKey []byte) *stack {
 	t.Helper()
 	if sessionTTL == 0 {
 		sessionTTL = 24 * time.Hour
@@ -77,7 +86,8 @@ func newStack(t *testing.T, sessionTTL time.Duration) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(sessionTTL))
+	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(sessionTTL),
+		payments.WithSandboxClocks(), payments.WithPortal(portalKey, time.Hour, srv.URL))
 	handler = httpapi.New(httpapi.Deps{
 		Service: svc,
 		Store:   store,
@@ -85,11 +95,22 @@ func newStack(t *testing.T, sessionTTL time.Duration) *stack {
 		Pages:   hosted.New(svc, sb.Cards(svc), nil),
 		Secrets: box,
 	})
-	return &stack{t: t, url: srv.URL, svc: svc}
+	return &stack{t: t, url: srv.URL, svc: svc, store: store, db: db}
 }
+
+// testPortalKey signs portal URLs in tests.
+var testPortalKey = bytes.Repeat([]byte{7}, 32)
 
 // testKey creates a merchant on the free plan and returns a test-mode key.
 func (s *stack) testKey() string {
+	s.t.Helper()
+	_, key := s.merchantKey()
+	return key
+}
+
+// merchantKey creates a merchant on the free plan and returns its id and a
+// test-mode key.
+func (s *stack) merchantKey() (string, string) {
 	s.t.Helper()
 	ctx := context.Background()
 	m, err := s.svc.CreateMerchant(ctx, "Browser test shop", "", payments.PlanFree)
@@ -100,7 +121,7 @@ func (s *stack) testKey() string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return k.Secret
+	return m.ID, k.Secret
 }
 
 // api sends a request to the API with the key and decodes the success

@@ -73,6 +73,8 @@ func New(svc *payments.Service, sb Processor, log *slog.Logger) *Pages {
 func (p *Pages) Register(r gin.IRoutes) {
 	r.GET("/checkout/:id", p.checkoutPage)
 	r.POST("/checkout/:id", p.checkoutPay)
+	r.GET("/portal/:token", p.portalPage)
+	r.POST("/portal/:token/cancel", p.portalCancel)
 	r.GET("/sandbox/js/v1.js", static("static/v1.js"))
 	r.GET("/sandbox/js/example.js", static("static/example.js"))
 	r.GET("/sandbox/example", p.examplePage)

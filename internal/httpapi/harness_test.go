@@ -53,6 +53,9 @@ type harnessOpts struct {
 	limiterRedis redis.UniversalClient
 }
 
+// testPortalKey signs portal URLs in tests.
+var testPortalKey = bytes.Repeat([]byte{7}, 32)
+
 // testBox seals stored responses in tests with a fixed key.
 var testBox, _ = secrets.New(bytes.Repeat([]byte{42}, 32))
 
@@ -99,7 +102,7 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(ttl), payments.WithAuthCacheTTL(0), payments.WithSandboxClocks(),
 		payments.WithSecrets(testBox), payments.WithEndpointCheck(func(ctx context.Context, u string) error {
 			return webhook.CheckURL(ctx, u, o.allowPrivateWebhooks)
-		}))
+		}), payments.WithPortal(testPortalKey, time.Hour, srv.URL))
 	var limiterRedis redis.UniversalClient = testenv.Redis(t)
 	if o.limiterRedis != nil {
 		limiterRedis = o.limiterRedis

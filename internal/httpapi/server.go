@@ -126,6 +126,7 @@ func New(d Deps) http.Handler {
 	v1.POST("/subscriptions/:id/resume", s.wrap(s.resumeSubscription))
 	v1.PATCH("/subscriptions/:id/quantity", s.wrap(s.changeQuantity))
 	v1.POST("/subscriptions/:id/quantity/preview", s.wrap(s.previewQuantity))
+	v1.POST("/subscriptions/:id/portal-session", s.wrap(s.createPortalSession))
 
 	v1.POST("/customers", s.wrap(s.createCustomer))
 	v1.GET("/customers", s.wrap(s.listCustomers))

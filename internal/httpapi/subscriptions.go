@@ -134,3 +134,11 @@ func (s *Server) previewQuantity(c *gin.Context) (any, error) {
 	}
 	return p.Object(), nil
 }
+
+func (s *Server) createPortalSession(c *gin.Context) (any, error) {
+	var in payments.PortalSessionInput
+	if err := bindJSON(c, &in); err != nil {
+		return nil, err
+	}
+	return s.svc.CreatePortalSession(c.Request.Context(), scope(c), c.Param("id"), in)
+}

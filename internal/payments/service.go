@@ -145,6 +145,7 @@ type Store interface {
 	DashboardStore
 	SubscriptionCharges
 	QuantityStore
+	PortalSessions
 }
 
 // Service holds the use cases.
@@ -154,6 +155,7 @@ type Service struct {
 	clock      *Clock
 	proc       processor.Processor
 	sessionTTL time.Duration
+	portal     portal
 	sealer     Sealer
 	auth       *authCache
 	// checkEndpoint vets a webhook URL at registration (SSRF); nil allows all.

@@ -187,7 +187,8 @@ func TestDocumentBuilds(t *testing.T) {
 	}
 	want["POST /v1/subscription-products"], want["GET /v1/subscription-products"] = true, true
 	for _, op := range []string{"POST /v1/subscription-sessions", "GET /v1/subscriptions", "GET /v1/subscriptions/{id}",
-		"POST /v1/subscriptions/{id}/cancel", "POST /v1/subscriptions/{id}/resume"} {
+		"POST /v1/subscriptions/{id}/cancel", "POST /v1/subscriptions/{id}/resume",
+		"POST /v1/subscriptions/{id}/portal-session"} {
 		want[op] = true
 	}
 	for _, op := range []string{"GET /v1/webhook-endpoints/{id}", "POST /v1/webhook-endpoints/{id}",
