@@ -16,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -158,9 +159,42 @@ func serve(ctx context.Context) error {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return admin.ServeHTTP(gctx, srv, env.Log, "api") })
-	g.Go(func() error { return admin.Serve(gctx, env.Config.AdminAddr, admin.Handler(*env.Admin()), env.Log) })
+	// On SIGTERM /readyz fails first ("draining", a required check), for
+	// API_SHUTDOWN_DELAY, so load balancers stop sending before the
+	// listener closes; then the server drains its requests, and the admin
+	// listener, which answers the probes meanwhile, closes last.
+	var draining atomic.Bool
+	opts := env.Admin()
+	opts.Checks["draining"] = func(context.Context) error {
+		if draining.Load() {
+			return errors.New("shutting down")
+		}
+		return nil
+	}
+	g, gctx := errgroup.WithContext(context.Background())
+	publicCtx, stopPublic := context.WithCancel(gctx)
+	adminCtx, stopAdmin := context.WithCancel(gctx)
+	defer stopPublic()
+	defer stopAdmin()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-gctx.Done():
+			return
+		}
+		draining.Store(true)
+		env.Log.Info("draining: readiness fails, the listener closes after API_SHUTDOWN_DELAY", "delay", env.Config.APIShutdownDelay)
+		select {
+		case <-time.After(env.Config.APIShutdownDelay):
+		case <-gctx.Done():
+		}
+		stopPublic()
+	}()
+	g.Go(func() error {
+		defer stopAdmin()
+		return admin.ServeHTTP(publicCtx, srv, env.Log, "api")
+	})
+	g.Go(func() error { return admin.Serve(adminCtx, env.Config.AdminAddr, admin.Handler(*opts), env.Log) })
 	err = g.Wait()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

@@ -79,6 +79,9 @@ type Config struct {
 	// running tasks before handing them back to the queue (asynq's
 	// ShutdownTimeout); keep it below the pod's terminationGracePeriodSeconds.
 	WorkerShutdownTimeout time.Duration
+	// APIShutdownDelay is how long a stopping API fails /readyz before it
+	// closes its listener and drains (API_SHUTDOWN_DELAY).
+	APIShutdownDelay time.Duration
 }
 
 // AdminAddrs are the admin listeners of the three processes. The rule:
@@ -267,6 +270,11 @@ func Load(getenv func(string) string) (Config, error) {
 		bad("SANDBOX_REFUND_LATENCY", "must be a duration between 0s and 30s (refund tasks time out after 1m)")
 	} else {
 		c.SandboxRefundLatency = d
+	}
+	if d, err := time.ParseDuration(get("API_SHUTDOWN_DELAY", "0s")); err != nil || d < 0 || d > 5*time.Minute {
+		bad("API_SHUTDOWN_DELAY", "must be a duration between 0s and 5m such as 10s")
+	} else {
+		c.APIShutdownDelay = d
 	}
 	c.WorkerShutdownTimeout = positiveDuration(get("WORKER_SHUTDOWN_TIMEOUT", "20s"), "WORKER_SHUTDOWN_TIMEOUT", bad)
 	c.WebhookAllowPrivateNetworks = boolean(get("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "false"), "WEBHOOK_ALLOW_PRIVATE_NETWORKS", bad)
