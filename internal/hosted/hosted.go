@@ -51,6 +51,9 @@ type Processor interface {
 	// chargeNow (no trial), charges the first period with it; the outcome
 	// is recorded before it returns, the subscription created on success.
 	SubscribeCheckout(ctx context.Context, sessionID string, p payments.CheckoutPayment, card string, chargeNow bool) (processor.Outcome, error)
+	// SaveCard decides whether a new card can be saved and returns the
+	// card to record (never its number), nil when it declined.
+	SaveCard(card string, expMonth, expYear int) (processor.Outcome, *payments.SavedCard)
 }
 
 // Pages serves the hosted pages.
@@ -75,6 +78,7 @@ func (p *Pages) Register(r gin.IRoutes) {
 	r.POST("/checkout/:id", p.checkoutPay)
 	r.GET("/portal/:token", p.portalPage)
 	r.POST("/portal/:token/cancel", p.portalCancel)
+	r.POST("/portal/:token/card", p.portalCard)
 	r.GET("/sandbox/js/v1.js", static("static/v1.js"))
 	r.GET("/sandbox/js/example.js", static("static/example.js"))
 	r.GET("/sandbox/example", p.examplePage)

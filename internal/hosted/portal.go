@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,9 +28,10 @@ const portalNonceCookie = "portal_nonce"
 // portalNotices are the messages a page shows after a redirect from a
 // successful form (post/redirect/get), keyed by its done query value.
 var portalNotices = map[string]string{
-	"card":     "Your card was updated. Future charges use the new card.",
-	"retried":  "Your card was updated and the overdue payment was made.",
-	"canceled": "Your subscription is canceled at the end of the current period.",
+	"card":           "Your card was updated. Future charges use the new card.",
+	"retried":        "Your card was updated and the overdue payment was made.",
+	"retry-declined": "Your card was updated, but the overdue payment was declined on it. Try another card.",
+	"canceled":       "Your subscription is canceled at the end of the current period.",
 }
 
 type portalView struct {
@@ -192,4 +194,62 @@ func (p *Pages) portalCancel(c *gin.Context) {
 		return
 	}
 	done(c, "canceled")
+}
+
+// portalCard replaces the subscription's card with a new one the sandbox
+// saves; a declined card keeps the old one, and the page says so.
+func (p *Pages) portalCard(c *gin.Context) {
+	v, nonce, ok := p.portalForm(c)
+	if !ok {
+		return
+	}
+	ctx, token := c.Request.Context(), c.Param("token")
+	f := checkoutForm{ExpMonth: strings.TrimSpace(c.PostForm("exp_month")), ExpYear: strings.TrimSpace(c.PostForm("exp_year"))}
+	number := strings.NewReplacer(" ", "", "-", "").Replace(c.PostForm("card_number"))
+	errs := map[string]string{}
+	if !digits.MatchString(number) || len(number) < 12 || len(number) > 19 {
+		errs["card_number"] = "Enter a card number of 12 to 19 digits."
+	}
+	now := p.svc.Now(ctx, v.Session.Scope) // the card expires on the shop's clock
+	m, merr := strconv.Atoi(f.ExpMonth)
+	y, yerr := strconv.Atoi(f.ExpYear)
+	if y >= 0 && y < 100 {
+		y += 2000
+	}
+	switch {
+	case merr != nil || m < 1 || m > 12:
+		errs["exp_month"] = "Enter a month from 1 to 12."
+	case yerr != nil || y < now.Year() || y > now.Year()+20 || (y == now.Year() && m < int(now.Month())):
+		errs["exp_year"] = "The card has expired or the year is not valid."
+	}
+	if cvc := c.PostForm("cvc"); !digits.MatchString(cvc) || len(cvc) < 3 || len(cvc) > 4 {
+		errs["cvc"] = "Enter the 3 or 4 digit security code."
+	}
+	again := func(status int, msg string) {
+		pv := p.portalView(c, v, nonce)
+		pv.Form, pv.Errs, pv.Error = f, errs, msg
+		render(c, status, "portal.html", pv)
+	}
+	if len(errs) > 0 {
+		again(http.StatusBadRequest, "Please correct the highlighted fields. Your card on file is unchanged.")
+		return
+	}
+	outcome, card := p.sandbox.SaveCard(number, m, y)
+	if card == nil {
+		again(http.StatusPaymentRequired, declineMessages[outcome.DeclineCode]+" Your card on file is unchanged.")
+		return
+	}
+	retried, paid, err := p.svc.PortalUpdateCard(ctx, token, *card)
+	switch {
+	case payments.ErrorCode(err) == payments.ValidationError:
+		again(http.StatusConflict, "This subscription has ended; its card can no longer change.")
+	case err != nil:
+		p.portalFailed(c, err)
+	case retried && paid:
+		done(c, "retried")
+	case retried:
+		done(c, "retry-declined")
+	default:
+		done(c, "card")
+	}
 }

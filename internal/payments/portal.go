@@ -45,6 +45,10 @@ type PortalSessions interface {
 	// PortalCard reads the saved card a subscription's charges use, for
 	// the page. Codes: payment_not_found (no such card in the scope).
 	PortalCard(ctx context.Context, sc Scope, cardID string) (SavedCard, error)
+	// ReplaceSubscriptionCard saves card for the subscription's customer,
+	// then locks the subscription, runs fn and saves it with fn's effects,
+	// in one transaction. Codes: subscription_not_found, and fn's.
+	ReplaceSubscriptionCard(ctx context.Context, sc Scope, id string, card SavedCard, fn func(*Subscription) (Effects, error)) (Subscription, error)
 }
 
 // portal holds the portal's settings (WithPortal).
@@ -250,4 +254,43 @@ func (s *Service) PortalCancel(ctx context.Context, token string) error {
 	atPeriodEnd := true
 	_, err = s.CancelSubscription(ctx, ps.Scope, ps.SubscriptionID, CancelInput{AtPeriodEnd: &atPeriodEnd})
 	return err
+}
+
+// PortalUpdateCard makes card (saved by the processor, never a number) the
+// card of the portal's subscription, recording customer.subscription.updated
+// (Stripe sends it when the default payment method changes). A past_due or
+// unpaid subscription's open charge is then retried at once
+// (RetryOpenCharge); retried reports whether it was, paid whether that
+// charge succeeded. Errors: ErrPortalNotFound, ErrPortalExpired,
+// validation_error (the subscription has ended).
+func (s *Service) PortalUpdateCard(ctx context.Context, token string, card SavedCard) (retried, paid bool, err error) {
+	ps, err := s.verifyPortal(ctx, token)
+	if err != nil {
+		return false, false, err
+	}
+	if _, err := s.portalView(ctx, ps); err != nil { // still its customer's
+		return false, false, err
+	}
+	sub, err := s.store.ReplaceSubscriptionCard(ctx, ps.Scope, ps.SubscriptionID, card, func(sub *Subscription) (Effects, error) {
+		if sub.Ended() {
+			return Effects{}, notAllowed("The subscription has ended (%s); its card can no longer change.", sub.Status)
+		}
+		sub.CardID = &card.ID
+		return Effects{Events: subscriptionEvents(*sub, false, s.clock.Now(ctx, ps.Scope))}, nil
+	})
+	if err != nil {
+		return false, false, err
+	}
+	if sub.Status != SubPastDue && sub.Status != SubUnpaid {
+		return false, false, nil
+	}
+	// After the card's transaction: the retry calls the processor.
+	after, err := s.RetryOpenCharge(ctx, ps.Scope, ps.SubscriptionID)
+	if ErrorCode(err) == ValidationError { // no open charge to retry
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	return true, after.Status == SubActive, nil
 }

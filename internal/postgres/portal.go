@@ -77,3 +77,29 @@ func (s *Store) PortalCard(ctx context.Context, sc payments.Scope, cardID string
 	return payments.SavedCard{ID: r.ID, CustomerID: r.CustomerID, Brand: r.Brand, Last4: r.Last4,
 		ExpMonth: r.ExpMonth, ExpYear: r.ExpYear, Behavior: r.Behavior}, nil
 }
+
+// ReplaceSubscriptionCard saves card for the subscription's customer and
+// runs fn on the locked subscription (which points it at the card), saving
+// both with fn's effects in one transaction.
+func (s *Store) ReplaceSubscriptionCard(ctx context.Context, sc payments.Scope, id string, card payments.SavedCard, fn func(*payments.Subscription) (payments.Effects, error)) (payments.Subscription, error) {
+	var sub payments.Subscription
+	err := s.inTx(ctx, func(tx *txn) error {
+		var err error
+		if sub, err = subscription(ctx, tx, sc, id, " FOR UPDATE OF s"); err != nil {
+			return err
+		}
+		card.CustomerID = sub.CustomerID
+		if err := insertCard(ctx, tx, sc, card, time.Now()); err != nil {
+			return err
+		}
+		eff, err := fn(&sub)
+		if err != nil {
+			return err
+		}
+		if err := saveSubscription(ctx, tx, sc, sub); err != nil {
+			return err
+		}
+		return applyEffects(ctx, tx, sc, eff)
+	})
+	return sub, err
+}

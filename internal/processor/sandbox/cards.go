@@ -141,3 +141,15 @@ func (c *Cards) SubscribeCheckout(ctx context.Context, sessionID string, p payme
 	}
 	return o, c.inbox.RecordProcessorEvent(ctx, ev, then...)
 }
+
+// SaveCard decides, through Save, whether a customer's new card (the
+// customer portal's card update) can be saved, and returns the card to
+// record: its reference, brand, last4, expiry and behaviour, never the
+// number. A card that declines at once is not saved (nil).
+func (c *Cards) SaveCard(card string, expMonth, expYear int) (processor.Outcome, *payments.SavedCard) {
+	o, behavior := Save(card)
+	if !o.Succeeded {
+		return o, nil
+	}
+	return o, &payments.SavedCard{ID: payments.NewID("card_"), Brand: "visa", Last4: o.Last4, ExpMonth: expMonth, ExpYear: expYear, Behavior: behavior}
+}
