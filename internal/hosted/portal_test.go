@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -326,5 +327,58 @@ func TestPortalCancelForm(t *testing.T) {
 	s.api("GET", "/v1/events?type=customer.subscription.updated", f.key, nil, &evs)
 	if len(evs.Data) != 1 {
 		t.Errorf("got %d events after canceling twice, want 1", len(evs.Data))
+	}
+}
+
+// TestPortalCardRetriesPastDue: a subscription whose trial ended on a
+// card that declines (4000…0341) is past_due; a card that works, entered
+// in the portal, pays the open charge at once and makes it active again.
+func TestPortalCardRetriesPastDue(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 0)
+	ctx := context.Background()
+	mid, key := s.merchantKey()
+	sc := payments.Scope{MerchantID: mid}
+	var prod struct {
+		Price struct{ ID string } `json:"price"`
+	}
+	s.api("POST", "/v1/subscription-products", key, map[string]any{
+		"name": "Pro plan", "amount": 4900, "currency": "usd", "interval": "monthly", "trial_period_days": 3,
+	}, &prod)
+	cs := s.createSubSession(key, map[string]any{"price_id": prod.Price.ID,
+		"success_url": "https://shop.example/ok", "cancel_url": "https://shop.example/cancel"})
+	client := newClient(t)
+	year := strconv.Itoa(time.Now().Year() + 1)
+	p := fetch(t, client, "POST", *cs.URL, url.Values{"email": {"ada@example.com"}, "name": {"Ada Lovelace"},
+		"card_number": {"4000000000000341"}, "exp_month": {"12"}, "exp_year": {year}, "cvc": {"123"}})
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("start the trial: got %d, want 303", p.status)
+	}
+	subID := s.subscriptionOf(key, cs.ID).ID
+	if _, err := s.svc.AdvanceClock(ctx, sc, 4*24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.svc.Subscription(ctx, sc, subID); err != nil || got.Status != payments.SubPastDue {
+		t.Fatalf("after the trial on a declining card got %s (%v), want past_due", got.Status, err)
+	}
+
+	var ps struct{ URL string }
+	s.api("POST", "/v1/subscriptions/"+subID+"/portal-session", key, map[string]any{"return_url": "https://shop.example/account"}, &ps)
+	page := fetch(t, client, "GET", ps.URL, nil)
+	if !strings.Contains(page.body, "Past due") {
+		t.Errorf("the page does not say past due: %s", page.body)
+	}
+	p = fetch(t, client, "POST", ps.URL+"/card", url.Values{"form_token": {formToken(t, page.body)},
+		"card_number": {"4242424242424242"}, "exp_month": {"12"}, "exp_year": {year}, "cvc": {"123"}})
+	if p.status != http.StatusSeeOther || !strings.HasSuffix(p.header.Get("Location"), "?done=retried") {
+		t.Fatalf("update the card: got %d to %q, want 303 to ?done=retried", p.status, p.header.Get("Location"))
+	}
+	got, err := s.svc.Subscription(ctx, sc, subID)
+	if err != nil || got.Status != payments.SubActive {
+		t.Errorf("after the new card got %s (%v), want active", got.Status, err)
+	}
+	pays := s.testPayments(key)
+	if len(pays) != 1 || pays[0].Status != payments.IntentSucceeded || pays[0].AmountReceived != 4900 {
+		t.Errorf("got payments %+v, want the open charge paid once (4900)", pays)
 	}
 }
