@@ -26,6 +26,7 @@
 #   BENCH_DASH_PAYMENTS    payments of the dashboard's merchant, over its last 30 days (1000000)
 #   BENCH_DASH_RATE        open-model rate of the dashboard runs, req/s (100)
 #   BENCH_SUBS             subscriptions of the subscription list's merchant (100000)
+#   BENCH_RENEWALS         subscriptions renewed at once by one advance-clock (5000; one by one, so slow)
 #
 # Adding a scenario is one line in main(), see `scenario` below.
 # shellcheck disable=SC2016 # backquotes in printf formats are Markdown
@@ -56,6 +57,7 @@ BENCH_REFUND_RATE=${BENCH_REFUND_RATE:-200}
 BENCH_DASH_PAYMENTS=${BENCH_DASH_PAYMENTS:-1000000}
 BENCH_DASH_RATE=${BENCH_DASH_RATE:-100}
 BENCH_SUBS=${BENCH_SUBS:-100000}
+BENCH_RENEWALS=${BENCH_RENEWALS:-5000}
 
 export DATABASE_URL="$BENCH_PG/$BENCH_DB?sslmode=disable"
 export REDIS_URL="$BENCH_REDIS_URL"
@@ -318,6 +320,49 @@ subscriptions() {
 	SCENARIO_KEY=$SUB_KEY scenario "POST /v1/subscription-sessions" POST /v1/subscription-sessions "$session" insert
 	SCENARIO_KEY=$SUB_KEY scenario "GET /v1/subscriptions?status=all ($BENCH_SUBS rows)" GET '/v1/subscriptions?status=all&limit=10' "" page
 	SCENARIO_KEY=$SUB_KEY scenario "GET /v1/subscriptions (active, $BENCH_SUBS rows)" GET '/v1/subscriptions?limit=10' "" page
+}
+
+# renewals: a merchant with BENCH_RENEWALS monthly subscriptions (a saved
+# sandbox card that succeeds) whose periods all end within the next day;
+# `api sandbox advance-clock --by 2d` then renews every one before it
+# returns (sweep, then each charge: processor call, then the payment, the
+# charge and the period in one transaction). Measured, never asserted:
+# renewals per second of that one process, logged and kept in
+# $OUT/renewals.json (not in the API table).
+renewals() {
+	local mid started elapsed out
+	mid=$(bin/api merchant create --name 'Bench renewals' | jq -er .id)
+	log "seeding $BENCH_RENEWALS subscriptions due tomorrow for $mid"
+	pg -v mid="$mid" -v n="$BENCH_RENEWALS" <<-'SQL'
+		INSERT INTO customers (id, merchant_id, livemode, email, created_at, updated_at)
+		VALUES ('cus_renew_' || :'mid', :'mid', false, 'renew@example.com', now(), now());
+		INSERT INTO sandbox_cards (id, merchant_id, livemode, customer_id, brand, last4, exp_month, exp_year, behavior)
+		VALUES ('card_renew_' || :'mid', :'mid', false, 'cus_renew_' || :'mid', 'visa', '4242', 12, 2040, 'succeeds');
+		WITH s AS MATERIALIZED (
+		    SELECT g, 'sub_r' || substr(md5(random()::text || g::text), 1, 23) AS id,
+		           date_trunc('second', now() - interval '1 month' + random() * interval '1 day') AS ts
+		    FROM generate_series(1, :n::int) AS g
+		), subs AS (
+		    INSERT INTO subscriptions (id, merchant_id, livemode, customer_id, status, currency, anchor,
+		        current_period_start, current_period_end, card_id, created_at, updated_at)
+		    SELECT id, :'mid', false, 'cus_renew_' || :'mid', 'active', 'usd', ts, ts, ts + interval '1 month',
+		           'card_renew_' || :'mid', ts, ts
+		    FROM s
+		)
+		INSERT INTO subscription_items (id, merchant_id, livemode, subscription_id, price_id, name, amount, currency,
+		    interval, interval_count, quantity, created_at)
+		SELECT 'si_' || substr(md5(id), 1, 24), :'mid', false, id, 'price_renew', 'Renewed plan', 1500, 'usd', 'monthly', 1,
+		       1, ts
+		FROM s;
+		VACUUM ANALYZE subscriptions, subscription_items;
+	SQL
+	quiesce
+	started=$(date +%s.%N)
+	out=$(bin/api sandbox advance-clock --merchant "$mid" --mode test --by 2d) || die "advance-clock failed: $out"
+	elapsed=$(echo "$(date +%s.%N) - $started" | bc -l)
+	jq -c --arg s "$elapsed" '{scenario:"renewal sweep (advance-clock)", renewals, renewal_failures,
+		seconds: ($s | tonumber), renewals_per_second: (.renewals / ($s | tonumber) | floor)}' <<<"$out" |
+		tee "$OUT/renewals.json" >&2
 }
 
 # seed_refunds: a merchant with BENCH_REFUND_PAYMENTS succeeded test payments
@@ -608,6 +653,7 @@ ORDER BY created_at DESC, id DESC LIMIT 11;"
 	webhooks
 	refunds
 	subscriptions
+	renewals
 	dashboard
 	report
 }
