@@ -100,7 +100,8 @@ start scheduler "$admin_scheduler" bin/scheduler
     if [ -n "$code" ] && [ "$code" != 000 ]; then
       cat <<EOF
 
-run.sh: API is up on http://127.0.0.1:$port (dashboard http://$admin_api/queues). Next, in another shell:
+run.sh: API is up on http://127.0.0.1:$port (merchant dashboard http://127.0.0.1:$port/dashboard,
+queues http://$admin_api/queues). Next, in another shell with the same DATABASE_URL and SECRETS_KEY:
   bin/api merchant create --name "Demo shop" --email demo@example.com     # prints {"id":"mch_…",…}
   bin/api key create --merchant mch_… --mode test                          # prints {"key":"svc_test_…",…}
   curl -s -H "Authorization: Bearer svc_test_…" http://127.0.0.1:$port/v1/products
