@@ -194,7 +194,8 @@ func TestDocumentBuilds(t *testing.T) {
 	for _, op := range []string{"GET /v1/webhook-endpoints/{id}", "POST /v1/webhook-endpoints/{id}",
 		"POST /v1/webhook-endpoints/{id}/rotate-secret", "GET /v1/webhook-endpoints/{id}/deliveries",
 		"GET /v1/webhook-endpoints/{id}/deliveries/{delivery}", "POST /v1/events/{id}/resend",
-		"GET /v1/account", "POST /stripe/webhook"} {
+		"GET /v1/account", "POST /stripe/webhook",
+		"PATCH /v1/subscriptions/{id}/quantity", "POST /v1/subscriptions/{id}/quantity/preview"} {
 		want[op] = true
 	}
 	got := map[string]bool{}
