@@ -271,12 +271,13 @@ func (s *Service) PortalUpdateCard(ctx context.Context, token string, card Saved
 	if _, err := s.portalView(ctx, ps); err != nil { // still its customer's
 		return false, false, err
 	}
+	now := s.clock.Now(ctx, ps.Scope) // before the transaction: see changeSubscription
 	sub, err := s.store.ReplaceSubscriptionCard(ctx, ps.Scope, ps.SubscriptionID, card, func(sub *Subscription) (Effects, error) {
 		if sub.Ended() {
 			return Effects{}, notAllowed("The subscription has ended (%s); its card can no longer change.", sub.Status)
 		}
 		sub.CardID = &card.ID
-		return Effects{Events: subscriptionEvents(*sub, false, s.clock.Now(ctx, ps.Scope))}, nil
+		return Effects{Events: subscriptionEvents(*sub, false, now)}, nil
 	})
 	if err != nil {
 		return false, false, err

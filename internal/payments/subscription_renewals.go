@@ -172,11 +172,12 @@ func (s *Service) ChargeSubscription(ctx context.Context, sc Scope, id string) (
 			return ch, err
 		}
 	}
+	now = s.clock.Now(ctx, sc) // after the charge, and before the transaction: see changeSubscription
 	settled, err := s.store.SettleSubscriptionCharge(ctx, sc, id, func(plan Plan, ch *SubscriptionCharge, sub *Subscription) (*PaymentIntent, Effects, error) {
 		if ch.Status != ChargePending || ch.Attempts != attempt-1 {
 			return nil, Effects{}, ErrChargeSettled
 		}
-		return s.settle(ctx, sc, plan, ch, sub, attempt, charged, out)
+		return s.settle(sc, now, plan, ch, sub, attempt, charged, out)
 	})
 	if errors.Is(err, ErrChargeSettled) {
 		return s.store.SubscriptionCharge(ctx, sc, id)
@@ -185,8 +186,7 @@ func (s *Service) ChargeSubscription(ctx context.Context, sc Scope, id string) (
 }
 
 // settle records attempt's outcome on the locked charge and subscription.
-func (s *Service) settle(ctx context.Context, sc Scope, plan Plan, ch *SubscriptionCharge, sub *Subscription, attempt int, charged int64, out processor.Outcome) (*PaymentIntent, Effects, error) {
-	now := s.clock.Now(ctx, sc)
+func (s *Service) settle(sc Scope, now time.Time, plan Plan, ch *SubscriptionCharge, sub *Subscription, attempt int, charged int64, out processor.Outcome) (*PaymentIntent, Effects, error) {
 	wasEnded, status, pending := sub.Ended(), sub.Status, sub.PendingProration
 	ch.Attempts = attempt
 	var eff Effects

@@ -168,8 +168,12 @@ func subscriptionEvents(sub Subscription, wasEnded bool, now time.Time) []Event 
 // time and, when change reports a change, saves it with its events
 // (subscriptionEvents). Codes: subscription_not_found, and change's.
 func (s *Service) changeSubscription(ctx context.Context, sc Scope, id string, change func(sub *Subscription, now time.Time) (bool, error)) (Subscription, error) {
+	// The time is read before the store's transaction opens: a clock whose
+	// cached offset ran out reads it from the database, and doing that
+	// inside the transaction would need a second connection while holding
+	// one (enough of those at once exhaust the pool and wait forever).
+	now := s.clock.Now(ctx, sc)
 	return s.store.UpdateSubscription(ctx, sc, id, func(sub *Subscription) (Effects, error) {
-		now := s.clock.Now(ctx, sc)
 		wasEnded := sub.Ended()
 		changed, err := change(sub, now)
 		if err != nil || !changed {
