@@ -306,11 +306,14 @@ func (l *listener) page(ctx context.Context, since int64, after string, limit in
 
 // forward POSTs the event to the local URL, signed like a real delivery,
 // and prints one line. A failure is printed and not retried: the receiver
-// is on the developer's desk, and resend exists.
+// is on the developer's desk, and resend exists. A forward that has started
+// runs to its answer (or the delivery timeout) even after Ctrl-C, which
+// poll checks between events: the receiver may already be acting on it, so
+// cutting it off would only print an error for an event that arrived.
 func (l *listener) forward(ctx context.Context, e listenEvent) {
 	start := time.Now()
 	line := fmt.Sprintf("%s  %-40s %s  -> ", start.Format(time.DateTime), e.Type, e.ID)
-	ctx, cancel := context.WithTimeout(ctx, webhook.Timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), webhook.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.forwardTo, bytes.NewReader(e.raw))
 	if err != nil {
