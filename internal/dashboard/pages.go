@@ -47,7 +47,9 @@ func (d *Dashboard) routes() {
 	d.page("GET", "/apikeys", (*Dashboard).keys)
 	d.page("POST", "/apikeys", (*Dashboard).createKey)
 	d.page("POST", "/apikeys/{id}/revoke", (*Dashboard).revokeKey)
-	d.moreRoutes()
+	d.webhookRoutes()
+	d.subscriptionRoutes()
+	d.page("GET", "/settings", (*Dashboard).settings)
 }
 
 func asset(w http.ResponseWriter, r *http.Request) {
