@@ -26,7 +26,9 @@
 #   BENCH_DASH_PAYMENTS    payments of the dashboard's merchant, over its last 30 days (1000000)
 #   BENCH_DASH_RATE        open-model rate of the dashboard runs, req/s (100)
 #   BENCH_SUBS             subscriptions of the subscription list's merchant (100000)
-#   BENCH_RENEWALS         subscriptions renewed at once by one advance-clock (5000; one by one, so slow)
+#   BENCH_RENEWALS         subscriptions due at once for bin/scheduler + bin/worker's renewal sweep (100000)
+#   BENCH_RENEWAL_TIMEOUT  cap on the sweep's measurement (10m)
+#   BENCH_EVENTS           events of the event list's big merchant, over its last 29 days (1000000; the small one has 1000)
 #
 # Adding a scenario is one line in main(), see `scenario` below.
 # shellcheck disable=SC2016 # backquotes in printf formats are Markdown
@@ -57,7 +59,9 @@ BENCH_REFUND_RATE=${BENCH_REFUND_RATE:-200}
 BENCH_DASH_PAYMENTS=${BENCH_DASH_PAYMENTS:-1000000}
 BENCH_DASH_RATE=${BENCH_DASH_RATE:-100}
 BENCH_SUBS=${BENCH_SUBS:-100000}
-BENCH_RENEWALS=${BENCH_RENEWALS:-5000}
+BENCH_RENEWALS=${BENCH_RENEWALS:-100000}
+BENCH_RENEWAL_TIMEOUT=${BENCH_RENEWAL_TIMEOUT:-10m}
+BENCH_EVENTS=${BENCH_EVENTS:-1000000}
 
 export DATABASE_URL="$BENCH_PG/$BENCH_DB?sslmode=disable"
 export REDIS_URL="$BENCH_REDIS_URL"
@@ -69,12 +73,14 @@ RESULTS="$OUT/results.jsonl"   # one JSON line per measurement
 : >"$RESULTS"
 API_PID=""
 WORKER_PID=""
+SCHEDULER_PID=""
 
 log() { printf '\n== %s\n' "$*" >&2; }
 die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 
 cleanup() {
 	[[ -n $WORKER_PID ]] && kill -KILL "$WORKER_PID" 2>/dev/null || true
+	[[ -n $SCHEDULER_PID ]] && kill -KILL "$SCHEDULER_PID" 2>/dev/null || true
 	if [[ -n "$API_PID" ]] && kill -0 "$API_PID" 2>/dev/null; then
 		kill -TERM "$API_PID" 2>/dev/null || true
 		for _ in $(seq 50); do kill -0 "$API_PID" 2>/dev/null || break; sleep 0.2; done
@@ -322,17 +328,21 @@ subscriptions() {
 	SCENARIO_KEY=$SUB_KEY scenario "GET /v1/subscriptions (active, $BENCH_SUBS rows)" GET '/v1/subscriptions?limit=10' "" page
 }
 
-# renewals: a merchant with BENCH_RENEWALS monthly subscriptions (a saved
-# sandbox card that succeeds) whose periods all end within the next day;
-# `api sandbox advance-clock --by 2d` then renews every one before it
-# returns (sweep, then each charge: processor call, then the payment, the
-# charge and the period in one transaction). Measured, never asserted:
-# renewals per second of that one process, logged and kept in
-# $OUT/renewals.json (not in the API table).
+# renewals: the production renewal path under API load. A merchant with
+# BENCH_RENEWALS monthly subscriptions whose periods ended in the last ten
+# minutes (a saved sandbox card that succeeds); bin/scheduler enqueues the
+# sweep's current tick as it starts (worker.Periodic), bin/worker's sweep
+# turns each due subscription into a pending charge and a task, and its
+# tasks charge them (asynq concurrency 50). Meanwhile bin/loadgen sends
+# GET /v1/products/{id} at BENCH_RATE req/s (open model). Measured: the time
+# until every charge of the merchant has succeeded (or BENCH_RENEWAL_TIMEOUT),
+# renewals per second, and the API's latency over that time; kept in
+# $OUT/renewals.json and a row of the report.
 renewals() {
-	local mid started elapsed out
+	local mid started elapsed done_n=0 lg_pid limit
+	limit=$(seconds "$BENCH_RENEWAL_TIMEOUT")
 	mid=$(bin/api merchant create --name 'Bench renewals' | jq -er .id)
-	log "seeding $BENCH_RENEWALS subscriptions due tomorrow for $mid"
+	log "seeding $BENCH_RENEWALS subscriptions already due for $mid"
 	pg -v mid="$mid" -v n="$BENCH_RENEWALS" <<-'SQL'
 		INSERT INTO customers (id, merchant_id, livemode, email, created_at, updated_at)
 		VALUES ('cus_renew_' || :'mid', :'mid', false, 'renew@example.com', now(), now());
@@ -340,7 +350,7 @@ renewals() {
 		VALUES ('card_renew_' || :'mid', :'mid', false, 'cus_renew_' || :'mid', 'visa', '4242', 12, 2040, 'succeeds');
 		WITH s AS MATERIALIZED (
 		    SELECT g, 'sub_r' || substr(md5(random()::text || g::text), 1, 23) AS id,
-		           date_trunc('second', now() - interval '1 month' + random() * interval '1 day') AS ts
+		           date_trunc('second', now() - interval '1 month' - random() * interval '10 minutes') AS ts
 		    FROM generate_series(1, :n::int) AS g
 		), subs AS (
 		    INSERT INTO subscriptions (id, merchant_id, livemode, customer_id, status, currency, anchor,
@@ -356,13 +366,80 @@ renewals() {
 		FROM s;
 		VACUUM ANALYZE subscriptions, subscription_items;
 	SQL
+	# Only this merchant's subscriptions are due: the subscription list's
+	# seeded ones (periods in the past, a card that does not exist) end here.
+	pg -v mid="$mid" <<<"UPDATE subscriptions SET status = 'canceled', canceled_at = now(), ended_at = now()
+		WHERE merchant_id <> :'mid' AND status IN ('active', 'trialing')"
 	quiesce
+	log "renewal sweep: bin/scheduler + bin/worker, GET /v1/products/{id} at $BENCH_RATE req/s meanwhile (cap ${limit}s)"
+	bin/loadgen -name "GET /v1/products/{id} during the renewal sweep" -method GET -url "$API/v1/products/{id}" \
+		-H "Authorization: Bearer $KEY" -ids "$IDS" -conns "$BENCH_OPEN_CONNS" -rate "$BENCH_RATE" \
+		-duration "${limit}s" -json >"$OUT/renewals-api.json" 2>"$OUT/renewals-api.log" &
+	lg_pid=$!
 	started=$(date +%s.%N)
-	out=$(bin/api sandbox advance-clock --merchant "$mid" --mode test --by 2d) || die "advance-clock failed: $out"
+	WEBHOOK_ALLOW_PRIVATE_NETWORKS=true WORKER_ADMIN_ADDR="127.0.0.1:$((BENCH_ADMIN_PORT + 1))" \
+		bin/worker >"$OUT/renewals-worker.log" 2>&1 &
+	WORKER_PID=$!
+	SCHEDULER_ADMIN_ADDR="127.0.0.1:$((BENCH_ADMIN_PORT + 2))" bin/scheduler >"$OUT/scheduler.log" 2>&1 &
+	SCHEDULER_PID=$!
+	while kill -0 "$lg_pid" 2>/dev/null; do
+		sleep 0.5
+		done_n=$(pg -v mid="$mid" <<<"SELECT count(*) FROM subscription_charges WHERE merchant_id = :'mid' AND status = 'succeeded'")
+		((done_n >= BENCH_RENEWALS)) && break
+	done
 	elapsed=$(echo "$(date +%s.%N) - $started" | bc -l)
-	jq -c --arg s "$elapsed" '{scenario:"renewal sweep (advance-clock)", renewals, renewal_failures,
-		seconds: ($s | tonumber), renewals_per_second: (.renewals / ($s | tonumber) | floor)}' <<<"$out" |
+	kill -TERM "$lg_pid" 2>/dev/null || true
+	wait "$lg_pid" 2>/dev/null || true
+	stop_workers
+	[[ -s $OUT/renewals-api.json ]] || { cat "$OUT/renewals-api.log" >&2; die "loadgen gave no results during the renewal sweep"; }
+	jq -c --argjson n "$BENCH_RENEWALS" --argjson done "$done_n" --arg s "$elapsed" '{scenario:"renewal sweep",
+		subscriptions: $n, renewals: $done, seconds: ($s | tonumber), renewals_per_second: ($done / ($s | tonumber) | floor),
+		api: {rate, count, errors, late, missed, p50_ms, p99_ms, max_ms}}' "$OUT/renewals-api.json" |
 		tee "$OUT/renewals.json" >&2
+	((done_n >= BENCH_RENEWALS)) || echo "bench: only $done_n of $BENCH_RENEWALS renewals succeeded within ${limit}s" >&2
+}
+
+# stop_workers: bin/worker and bin/scheduler, when running.
+stop_workers() {
+	local p
+	for p in "$WORKER_PID" "$SCHEDULER_PID"; do
+		[[ -n $p ]] || continue
+		kill -TERM "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	WORKER_PID="" SCHEDULER_PID=""
+}
+
+# events: BENCH_EVENTS test events of one merchant spread over its last 29
+# days (inside EVENT_RETENTION's 30, so the worker's prune leaves them) and
+# 1,000 of another, one statement each; then the first page of each.
+events() {
+	local big small key_big key_small
+	big=$(bin/api merchant create --name 'Bench events' | jq -er .id)
+	key_big=$(bin/api key create --merchant "$big" --mode test | jq -er .key)
+	small=$(bin/api merchant create --name 'Bench events 1k' | jq -er .id)
+	key_small=$(bin/api key create --merchant "$small" --mode test | jq -er .key)
+	log "seeding $BENCH_EVENTS events for $big, 1000 for $small"
+	seed_events "$big" "$BENCH_EVENTS"
+	seed_events "$small" 1000
+	pg -c "VACUUM ANALYZE events"
+	EVENTS_BIG="GET /v1/events?limit=10 ($BENCH_EVENTS events)"
+	EVENTS_SMALL="GET /v1/events?limit=10 (1000 events)"
+	SCENARIO_KEY=$key_big smoke GET '/v1/events?limit=10'
+	SCENARIO_KEY=$key_big scenario "$EVENTS_BIG" GET '/v1/events?limit=10' "" page
+	SCENARIO_KEY=$key_small scenario "$EVENTS_SMALL" GET '/v1/events?limit=10' "" page
+}
+
+# seed_events MERCHANT COUNT: payment_intent.succeeded test events.
+seed_events() {
+	pg -v mid="$1" -v n="$2" <<-'SQL'
+		INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
+		SELECT 'evt_' || substr(md5(random()::text || g::text), 1, 24), :'mid', false, 'payment_intent.succeeded',
+		       jsonb_build_object('id', 'pi_' || substr(md5(g::text), 1, 24), 'object', 'payment_intent',
+		           'amount', 1000 + g % 9000, 'currency', 'usd', 'status', 'succeeded'),
+		       now() - random() * interval '29 days'
+		FROM generate_series(1, :n::int) AS g;
+	SQL
 }
 
 # seed_refunds: a merchant with BENCH_REFUND_PAYMENTS succeeded test payments
@@ -519,14 +596,14 @@ detail_table() {
 	' "$RESULTS"
 }
 
-# List page at BENCH_ROWS vs BENCH_SMALL_ROWS.
+# List page at BENCH_ROWS vs BENCH_SMALL_ROWS (or LABEL's big vs small).
 list_comparison() {
-	jq -rs --arg big "$1" --arg small "$2" '
+	jq -rs --arg big "$1" --arg small "$2" --arg what "${3:-List page}" '
 	  def r2: . * 100 | round / 100 | tostring;
 	  (map(select(.scenario == $big)) | map({key: .kind, value: .}) | from_entries) as $b
 	  | (map(select(.scenario == $small)) | map({key: .kind, value: .}) | from_entries) as $s
 	  | if $b.closed and $s.closed and $s.closed.rps > 0 then
-	      "List page on the big merchant vs the small one: \($b.closed.rps / $s.closed.rps * 100 | round)% of the throughput; p99 \($b.open.p99_ms | r2) ms vs \($s.open.p99_ms | r2) ms at the fixed rate."
+	      "\($what) on the big merchant vs the small one: \($b.closed.rps / $s.closed.rps * 100 | round)% of the throughput; p99 \($b.open.p99_ms | r2) ms vs \($s.open.p99_ms | r2) ms at the fixed rate."
 	    else empty end
 	' "$RESULTS"
 }
@@ -558,12 +635,19 @@ webhook_table() {
 	jq -r '"\n| webhook delivery | figure |\n|---|---:|\n| \(.events) events × \(.receivers) receivers, deliveries/s | \(.deliveries_per_s | floor) |\n| event-to-receipt p50 ms @ \(.rate) events/s | \(.p50_ms * 10 | round / 10) |\n| event-to-receipt p99 ms @ \(.rate) events/s | \(.p99_ms * 10 | round / 10) |\n\nAims: ≥ 2,000 deliveries/s, p99 < 100 ms."' "$OUT/webhooks.json"
 }
 
+renewal_table() {
+	jq -r '"\n| renewal sweep (bin/scheduler + bin/worker) | figure |\n|---|---:|\n| \(.subscriptions) subscriptions due at once, renewals/s | \(.renewals_per_second) (\(.renewals) in \(.seconds * 10 | round / 10) s) |\n| API p99 / max ms during it, GET /v1/products/{id} @ \(.api.rate) req/s | \(.api.p99_ms * 100 | round / 100) / \(.api.max_ms * 100 | round / 100) (\(.api.errors) errors) |\n\nAim: the sweep does not push the API p99 over 10 ms."' "$OUT/renewals.json"
+}
+
 report() {
 	local date table detail cmp bad block
 	date=$(date -u '+%Y-%m-%d %H:%M UTC')
 	table=$(summary_table)
 	detail=$(detail_table)
 	cmp=$(list_comparison "$LIST_BIG" "$LIST_SMALL")
+	if [[ -n ${EVENTS_BIG:-} ]]; then
+		cmp+=$'\n'$(list_comparison "$EVENTS_BIG" "$EVENTS_SMALL" "Event list page")
+	fi
 	bad=$(failing)
 	block=$(
 		printf 'Measured by `make bench` on %s (%s), everything over loopback on one machine.\n' "$date" "$(machine)"
@@ -573,6 +657,7 @@ report() {
 		[[ -n $cmp ]] && printf '\n%s\n' "$cmp"
 		printf '\nAims: POST ≥ 40%% of the raw insert, GET ≥ 50%% of the raw select, p99 < 10 ms at 1,000 req/s, list page as fast at 1,000,000 rows as at 1,000. Every figure: `deploy/bench/results.md`.\n'
 		[[ -s $OUT/webhooks.json ]] && webhook_table
+		if [[ -s $OUT/renewals.json ]]; then renewal_table; fi
 	)
 
 	{
@@ -653,6 +738,7 @@ ORDER BY created_at DESC, id DESC LIMIT 11;"
 	webhooks
 	refunds
 	subscriptions
+	events
 	renewals
 	dashboard
 	report

@@ -490,7 +490,7 @@ func (g *generator) openLoop(ctx context.Context, ws []*worker, start, end time.
 				if !now.Before(end) || ctx.Err() != nil {
 					dropped.Add(1)
 					mu.Lock()
-					missed.record(end.Sub(at))
+					missed.record(earlier(now, end).Sub(at))
 					mu.Unlock()
 					continue
 				}
@@ -536,10 +536,25 @@ func (g *generator) openLoop(ctx context.Context, ws []*worker, start, end time.
 		}
 	}()
 	wg.Wait()
-	for s := handed; s < slots; s++ {
-		missed.record(end.Sub(slotTime(s)))
+	// An interrupted run (SIGINT/SIGTERM: a caller that decides when the
+	// window closes) ends at the interruption: later slots were never due.
+	stop := end
+	if ctx.Err() != nil {
+		stop = earlier(time.Now(), end)
 	}
-	return slots - handed + dropped.Load()
+	n := dropped.Load()
+	for s := handed; s < slots && slotTime(s).Before(stop); s++ {
+		missed.record(stop.Sub(slotTime(s)))
+		n++
+	}
+	return n
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 type result struct {
