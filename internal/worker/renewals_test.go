@@ -120,6 +120,23 @@ func (e *renewalEnv) sub(t *testing.T, id string) payments.Subscription {
 	return s
 }
 
+// charges returns the subscription's charge ids once there is one (or after
+// 10 s). Sweeps are global: a parallel test's sweep may hold this
+// subscription's row, writing its charge, while this test's own sweeps skip
+// the locked row and return; that charge commits a moment later.
+func (e *renewalEnv) charges(t *testing.T, subID string) []string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var ids []string
+		if err := e.db.Select(&ids, `SELECT id FROM subscription_charges WHERE subscription_id = $1`, subID); err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) > 0 || time.Now().After(deadline) {
+			return ids
+		}
+	}
+}
+
 func (e *renewalEnv) count(t *testing.T, q string, args ...any) int {
 	t.Helper()
 	var n int
@@ -403,9 +420,9 @@ func TestRenewalExactlyOnceUnderRaces(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	var ids []string
-	if err := e.db.Select(&ids, `SELECT id FROM subscription_charges WHERE subscription_id = $1`, s.ID); err != nil || len(ids) != 1 {
-		t.Fatalf("charges after four sweeps: got %v, %v, want one", ids, err)
+	ids := e.charges(t, s.ID)
+	if len(ids) != 1 {
+		t.Fatalf("charges after four sweeps: got %v, want one", ids)
 	}
 	for range 6 {
 		wg.Add(1)
@@ -443,14 +460,14 @@ func TestCancelRacingRenewal(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(1100 * time.Millisecond)
-		// (Another test's sweep may write the charge first: sweeps are global.)
 		if _, err := e.svc.RenewDueSubscriptions(ctx, 100); err != nil {
 			t.Fatalf("sweep: %v", err)
 		}
-		var id string
-		if err := e.db.Get(&id, `SELECT id FROM subscription_charges WHERE subscription_id = $1`, s.ID); err != nil {
-			t.Fatal(err)
+		ids := e.charges(t, s.ID)
+		if len(ids) != 1 {
+			t.Fatalf("charges after the sweep: got %v, want one", ids)
 		}
+		id := ids[0]
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() {
