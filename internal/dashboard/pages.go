@@ -204,18 +204,26 @@ func (d *Dashboard) paymentData(rq *request, id string) (*paymentView, error) {
 }
 
 func (d *Dashboard) payment(rq *request) {
+	actionPage(d, rq, "Payment", "payments", "payment.html", "read payment", d.paymentData)
+}
+
+// actionPage shows the page of one object whose forms act on it (payment,
+// dispute, subscription, endpoint): the view data comes from data, which
+// the actions also use to show the page again with a refusal, and a change
+// that redirected back here shows its notice.
+func actionPage[T any](d *Dashboard, rq *request, title, section, tmpl, what string, data func(*request, string) (T, error)) {
 	id, ok := d.objectID(rq)
 	if !ok {
 		return
 	}
-	pv, err := d.paymentData(rq, id)
+	dv, err := data(rq, id)
 	if err != nil {
-		d.lookupFailed(rq, "read payment", err)
+		d.lookupFailed(rq, what, err)
 		return
 	}
-	v := rq.view("Payment "+id, "payments", pv)
+	v := rq.view(title+" "+id, section, dv)
 	v.Notice = notices[rq.r.URL.Query().Get("done")]
-	d.show(rq, "payment.html", v)
+	d.show(rq, tmpl, v)
 }
 
 // notices are the confirmations shown after a change redirects back.
@@ -356,18 +364,7 @@ func (d *Dashboard) disputeData(rq *request, id string) (*disputeView, error) {
 }
 
 func (d *Dashboard) dispute(rq *request) {
-	id, ok := d.objectID(rq)
-	if !ok {
-		return
-	}
-	dv, err := d.disputeData(rq, id)
-	if err != nil {
-		d.lookupFailed(rq, "read dispute", err)
-		return
-	}
-	v := rq.view("Dispute "+id, "disputes", dv)
-	v.Notice = notices[rq.r.URL.Query().Get("done")]
-	d.show(rq, "dispute.html", v)
+	actionPage(d, rq, "Dispute", "disputes", "dispute.html", "read dispute", d.disputeData)
 }
 
 // evidence saves the form's evidence, and submits it when asked: the API's

@@ -68,18 +68,7 @@ func (d *Dashboard) subscriptionData(rq *request, id string) (*subscriptionView,
 }
 
 func (d *Dashboard) subscription(rq *request) {
-	id, ok := d.objectID(rq)
-	if !ok {
-		return
-	}
-	sv, err := d.subscriptionData(rq, id)
-	if err != nil {
-		d.lookupFailed(rq, "read subscription", err)
-		return
-	}
-	v := rq.view("Subscription "+id, "subscriptions", sv)
-	v.Notice = notices[rq.r.URL.Query().Get("done")]
-	d.show(rq, "subscription.html", v)
+	actionPage(d, rq, "Subscription", "subscriptions", "subscription.html", "read subscription", d.subscriptionData)
 }
 
 // cancelSubscription cancels at the period's end (the default) or now,

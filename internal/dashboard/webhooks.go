@@ -111,18 +111,7 @@ func (d *Dashboard) endpointData(rq *request, id string) (*endpointView, error) 
 }
 
 func (d *Dashboard) endpoint(rq *request) {
-	id, ok := d.objectID(rq)
-	if !ok {
-		return
-	}
-	ev, err := d.endpointData(rq, id)
-	if err != nil {
-		d.lookupFailed(rq, "read endpoint", err)
-		return
-	}
-	v := rq.view("Webhook endpoint "+id, "webhooks", ev)
-	v.Notice = notices[rq.r.URL.Query().Get("done")]
-	d.show(rq, "endpoint.html", v)
+	actionPage(d, rq, "Webhook endpoint", "webhooks", "endpoint.html", "read endpoint", d.endpointData)
 }
 
 // rotationGraces are the rotate form's choices of how long the old secret
