@@ -32,6 +32,12 @@
 //	    -H "Authorization: Bearer $KEY" -conns 32 -duration 15s -json
 //	loadgen -method POST -url http://127.0.0.1:18080/v1/products \
 //	    -body '{"name":"p {n}"}' -rate 1000 -conns 128 -duration 15s
+//
+// -timeline FILE writes the measured window second by second (by each
+// request's scheduled time in the open model, its send time in the closed
+// one): one CSV line per second with its Unix time, requests, requests
+// over 10 ms and the slowest, so that a stall can be set beside what else
+// happened then (a checkpoint in PostgreSQL's log, a GC cycle).
 package main
 
 import (
@@ -98,6 +104,7 @@ type config struct {
 	maxReqs  int64
 	name     string
 	json     bool
+	timeline string
 }
 
 func main() {
@@ -116,6 +123,7 @@ func main() {
 	flag.Int64Var(&c.maxReqs, "n", 0, "stop after this many measured requests (0: only -duration bounds the run)")
 	flag.StringVar(&c.name, "name", "", "label for the results")
 	flag.BoolVar(&c.json, "json", false, "print one JSON line of results on stdout")
+	flag.StringVar(&c.timeline, "timeline", "", "write the measured window per second (CSV: unix_s,requests,over_10ms,max_ms) to this file")
 	flag.Parse()
 
 	if err := run(c); err != nil {
@@ -199,14 +207,19 @@ func run(c config) error {
 
 	if c.warmup > 0 {
 		logf(c, "warmup %s", c.warmup)
-		g.phase(ctx, c.warmup, 0)
+		g.phase(ctx, c.warmup, 0, false)
 	}
 	if ctx.Err() != nil {
 		return errors.New("interrupted")
 	}
 	logf(c, "measuring %s", c.duration)
-	res := g.phase(ctx, c.duration, c.maxReqs)
+	res := g.phase(ctx, c.duration, c.maxReqs, c.timeline != "")
 	res.print(c)
+	if c.timeline != "" {
+		if err := res.timeline.write(c.timeline); err != nil {
+			return err
+		}
+	}
 	if ctx.Err() != nil {
 		return errors.New("interrupted: partial results")
 	}
@@ -363,6 +376,69 @@ type worker struct {
 	late     int64
 	statuses map[int]int64
 	firstErr string
+	tl       *timeline // nil unless -timeline, in the measured phase
+}
+
+// record counts one request's latency, sent (closed) or scheduled (open) at.
+func (w *worker) record(at time.Time, d time.Duration) {
+	w.hist.record(d)
+	if w.tl != nil {
+		w.tl.record(at, d)
+	}
+}
+
+// timeline is a phase's requests per second of its window: how many, how
+// many over 10 ms, and the slowest.
+type timeline struct {
+	start time.Time
+	secs  []second
+}
+
+type second struct {
+	n, slow int64
+	max     time.Duration
+}
+
+func (t *timeline) record(at time.Time, d time.Duration) {
+	i := int(at.Sub(t.start) / time.Second)
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(t.secs) {
+		if i > int(maxDuration/time.Second) {
+			return
+		}
+		t.secs = append(t.secs, make([]second, i+1-len(t.secs))...)
+	}
+	s := &t.secs[i]
+	s.n++
+	if d > 10*time.Millisecond {
+		s.slow++
+	}
+	s.max = max(s.max, d)
+}
+
+func (t *timeline) merge(o *timeline) {
+	if len(o.secs) > len(t.secs) {
+		t.secs = append(t.secs, make([]second, len(o.secs)-len(t.secs))...)
+	}
+	for i, s := range o.secs {
+		t.secs[i].n += s.n
+		t.secs[i].slow += s.slow
+		t.secs[i].max = max(t.secs[i].max, s.max)
+	}
+}
+
+func (t *timeline) write(path string) error {
+	var b bytes.Buffer
+	b.WriteString("unix_s,requests,over_10ms,max_ms\n")
+	for i, s := range t.secs {
+		fmt.Fprintf(&b, "%d,%d,%d,%.3f\n", t.start.Unix()+int64(i), s.n, s.slow, float64(s.max)/float64(time.Millisecond))
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("-timeline: %w", err)
+	}
+	return nil
 }
 
 // do sends one request and counts its outcome; the caller records its
@@ -395,14 +471,17 @@ func (g *generator) do(ctx context.Context, rng *mrand.Rand, w *worker) bool {
 }
 
 // phase runs one warmup or measured period and returns its results.
-func (g *generator) phase(ctx context.Context, d time.Duration, maxReqs int64) *result {
+func (g *generator) phase(ctx context.Context, d time.Duration, maxReqs int64, perSecond bool) *result {
+	start := time.Now()
 	ws := make([]*worker, g.cfg.conns)
 	for i := range ws {
 		ws[i] = &worker{statuses: map[int]int64{}}
+		if perSecond {
+			ws[i].tl = &timeline{start: start}
+		}
 	}
 	var missed histogram
 	var missedN int64
-	start := time.Now()
 	end := start.Add(d)
 	if g.cfg.rate == 0 {
 		var wg sync.WaitGroup
@@ -418,7 +497,7 @@ func (g *generator) phase(ctx context.Context, d time.Duration, maxReqs int64) *
 					}
 					t0 := time.Now()
 					if g.do(ctx, rng, w) {
-						w.hist.record(time.Since(t0))
+						w.record(t0, time.Since(t0))
 					}
 				}
 			}()
@@ -435,8 +514,14 @@ func (g *generator) phase(ctx context.Context, d time.Duration, maxReqs int64) *
 		res.Model = "open"
 	}
 	var h histogram
+	if perSecond {
+		res.timeline = &timeline{start: start}
+	}
 	for _, w := range ws {
 		h.merge(&w.hist)
+		if w.tl != nil {
+			res.timeline.merge(w.tl)
+		}
 		res.Count += w.count
 		res.Errors += w.errors
 		res.Late += w.late
@@ -498,7 +583,7 @@ func (g *generator) openLoop(ctx context.Context, ws []*worker, start, end time.
 					w.late++
 				}
 				if g.do(ctx, rng, w) {
-					w.hist.record(time.Since(at))
+					w.record(at, time.Since(at))
 				}
 			}
 		}()
@@ -577,6 +662,8 @@ type result struct {
 	Mean       float64          `json:"mean_ms"`
 	Statuses   map[string]int64 `json:"statuses"`
 	FirstError string           `json:"first_error,omitempty"`
+
+	timeline *timeline
 }
 
 func (r *result) print(c config) {
