@@ -16,7 +16,7 @@ FUZZTIME  ?= 30s
 POOLED_PKGS ?= ./internal/httpapi ./internal/worker ./internal/postgres
 POOLED_SKIP ?= AfterWorkerKilled
 
-.PHONY: help build run test test-pooled lint fuzz bench clean
+.PHONY: help build run test test-pooled lint fuzz bench bench-b2b clean
 
 help:
 	@echo "make build  - bin/api, bin/worker, bin/scheduler"
@@ -27,6 +27,7 @@ help:
 	@echo "make lint   - gofmt, go vet, staticcheck $(STATICCHECK_VERSION)"
 	@echo "make fuzz   - each Fuzz target in FUZZ_PKGS ($(FUZZ_PKGS)) for FUZZTIME ($(FUZZTIME))"
 	@echo "make bench  - deploy/bench/bench.sh"
+	@echo "make bench-b2b - the bench's phases back to back, no pause or CHECKPOINT (BENCH_MODE=backtoback)"
 	@echo "make clean  - remove build and test artifacts"
 
 build:
@@ -79,6 +80,9 @@ fuzz:
 
 bench:
 	bash deploy/bench/bench.sh
+
+bench-b2b:
+	BENCH_MODE=backtoback bash deploy/bench/bench.sh
 
 clean:
 	rm -rf $(BIN) coverage* *.test

@@ -951,13 +951,16 @@ b2b_io() {
 	[[ -s $tl ]] || return 0
 	printf '| open POST second | requests | over 10 ms | max ms | dirty / writeback MB | disk writes | ms per disk write | WAL syncs | ms per WAL sync |\n'
 	printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+	# The sampler may miss seconds on a busy machine: each second uses the
+	# nearest samples around it.
 	awk -F, '
 		FNR == 1 { next }
-		NR == FNR { io[$1] = $0; next }
+		NR == FNR { n++; ts[n] = $1; io[n] = $0; next }
 		{
-			t = $1
-			if (!((t in io) && ((t + 1) in io))) next
-			split(io[t], a, ","); split(io[t + 1], b, ",")
+			t = $1; lo = 0; hi = 0
+			for (i = 1; i <= n; i++) { if (ts[i] <= t) lo = i; if (ts[i] >= t + 1 && !hi) hi = i }
+			if (!lo || !hi) next
+			split(io[lo], a, ","); split(io[hi], b, ",")
 			dw = b[4] - a[4]; ds = b[7] - a[7]
 			printf "| %d | %d | %d | %.1f | %.0f / %.0f | %d | %s | %d | %s |\n", FNR - 2, $2, $3, $4, b[2] / 1024, b[3] / 1024,
 				dw, (dw > 0 ? sprintf("%.2f", (b[5] - a[5]) / dw) : "—"), ds, (ds > 0 ? sprintf("%.2f", (b[9] - a[9]) / ds) : "—")
