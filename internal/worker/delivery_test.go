@@ -1115,3 +1115,71 @@ func TestDeliverRecoversAfterWorkerKilled(t *testing.T) {
 		t.Errorf("delivery row: got %+v, want succeeded", row)
 	}
 }
+
+// TestDeliverExactlyOnceAfterWorkerStopped: SIGTERM while a delivery waits
+// on a receiver that takes 5 s to answer, past WORKER_SHUTDOWN_TIMEOUT (1 s
+// here). The worker stops within the timeout, handing the task straight
+// back to the queue (no lease to wait out); the next worker delivers the
+// event again with the same webhook-id and bytes, and the delivery is
+// recorded once: one succeeded row, one attempt (the cut-off request got no
+// answer the worker could record), no third request.
+func TestDeliverExactlyOnceAfterWorkerStopped(t *testing.T) {
+	bin := buildWorker(t)
+	s := newDeliveryStack(t)
+	sc := payments.Scope{MerchantID: s.merchant(t, "Stopped delivery shop")}
+	arrived := make(chan struct{})
+	rc := newReceiver(t, func(n int, r *http.Request) int {
+		if n == 1 {
+			close(arrived)
+			time.Sleep(5 * time.Second) // past the shutdown timeout, whatever the sender does
+		}
+		return http.StatusOK
+	})
+	ep := s.endpoint(t, sc, rc.URL)
+
+	t.Setenv("WORKER_SHUTDOWN_TIMEOUT", "1s")
+	first := startWorkerProcess(t, s, bin, "first worker")
+	ev := s.eventOf(t, s.pay(t, sc, sandbox.CardSuccess, nil))
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("first worker: no request after 30s, want the delivery of %s", ev)
+	}
+	stoppedAt := time.Now()
+	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first.done:
+	case <-time.After(4 * time.Second):
+		t.Fatal("worker still running 4 s after SIGTERM with WORKER_SHUTDOWN_TIMEOUT=1s (the receiver answers after 5 s)")
+	}
+	t.Logf("worker stopped %v after SIGTERM", time.Since(stoppedAt).Round(100*time.Millisecond))
+	row := s.delivery(t, ep.ID, ev)
+	if row.Status != payments.DeliveryPending || row.Attempts != 0 {
+		t.Fatalf("delivery after the stop: got %+v, want pending with no attempt recorded", row)
+	}
+	if info, err := s.insp.GetTaskInfo(tasks.QueueDefault, row.ID); err != nil || info.State != asynq.TaskStatePending {
+		t.Errorf("delivery task after the stop: got %+v, %v; want it pending again", info, err)
+	}
+
+	startWorkerProcess(t, s, bin, "second worker")
+	if row := s.settled(t, ep.ID, ev, 30*time.Second); row.Status != payments.DeliverySucceeded || row.Attempts != 1 {
+		t.Errorf("delivery after the second worker: got %+v, want succeeded after 1 recorded attempt", row)
+	}
+	t.Logf("delivered %v after SIGTERM", time.Since(stoppedAt).Round(100*time.Millisecond))
+	rc.stays(t, 2, time.Second)
+	reqs := rc.requests()
+	for i, r := range reqs {
+		if id := r.Header.Get(webhook.StandardIDHeader); id != reqs[0].Header.Get(webhook.StandardIDHeader) || r.Header.Get(webhook.EventIDHeader) != ev || !bytes.Equal(r.Body, reqs[0].Body) {
+			t.Errorf("request %d: got webhook-id %s, event %s, want one webhook-id for event %s and the same bytes", i+1, id, r.Header.Get(webhook.EventIDHeader), ev)
+		}
+	}
+	var attempts int
+	if err := s.db.Get(&attempts, `SELECT count(*) FROM webhook_attempts WHERE delivery_id = $1`, row.ID); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 {
+		t.Errorf("webhook_attempts of the delivery: got %d, want 1", attempts)
+	}
+}
