@@ -109,6 +109,14 @@ func buildBinaries(t *testing.T) string {
 // testKey creates a merchant and a test key with the admin CLI.
 func testKey(t *testing.T, bin string, env []string) string {
 	t.Helper()
+	_, key := merchantKey(t, bin, env)
+	return key
+}
+
+// merchantKey creates a merchant and a test key with the admin CLI and
+// returns the merchant's id and the key.
+func merchantKey(t *testing.T, bin string, env []string) (merchant, key string) {
+	t.Helper()
 	cli := func(args ...string) map[string]any {
 		cmd := exec.Command(filepath.Join(bin, "api"), args...)
 		cmd.Env = env
@@ -126,7 +134,7 @@ func testKey(t *testing.T, bin string, env []string) string {
 	}
 	m := cli("merchant", "create", "--name", "One host", "--email", "onehost@example.com")
 	k := cli("key", "create", "--merchant", fmt.Sprint(m["id"]), "--mode", "test")
-	return fmt.Sprint(k["key"])
+	return fmt.Sprint(m["id"]), fmt.Sprint(k["key"])
 }
 
 // redisServer is a redis-server of this test, on a port of its own, that

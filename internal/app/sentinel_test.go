@@ -37,35 +37,11 @@ func TestSentinelFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts five Redis servers and waits out a failover")
 	}
-	dir := t.TempDir()
-	primary, replica := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	port := func(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
-	// --dir: a replica writes the primary's snapshot to disk while it syncs.
-	primaryCmd := startDaemon(t, "redis-server", "--port", port(primary), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	startDaemon(t, "redis-server", "--port", port(replica), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
-		"--replicaof", "127.0.0.1", port(primary))
-	var sentinels []string
-	for i := range 3 {
-		addr := testenv.FreeAddr(t)
-		conf := filepath.Join(dir, fmt.Sprintf("sentinel%d.conf", i))
-		body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor pay 127.0.0.1 %s 2\n"+
-			"sentinel down-after-milliseconds pay 1000\nsentinel failover-timeout pay 4000\n", port(addr), dir, port(primary))
-		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		startDaemon(t, "redis-server", conf, "--sentinel")
-		sentinels = append(sentinels, addr)
-	}
+	set := startSentinels(t)
 	ctx := context.Background()
-	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinels[0]})
-	defer sc.Close()
-	waitUntil(t, 20*time.Second, "the sentinels to see the replica and each other", func() bool {
-		reps, err1 := sc.Replicas(ctx, "pay").Result()
-		sens, err2 := sc.Sentinels(ctx, "pay").Result()
-		return err1 == nil && err2 == nil && len(reps) == 1 && len(sens) == 2
-	})
+	primaryCmd := set.primaryCmd
 
-	opts, err := config.RedisOptions("redis-sentinel://"+strings.Join(sentinels, ",")+"/0?master=pay", "")
+	opts, err := config.RedisOptions(set.url(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,10 +151,7 @@ func TestSentinelFailover(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	killed := time.Now()
 	_ = primaryCmd.Process.Kill()
-	waitUntil(t, 30*time.Second, "the sentinels to promote the replica", func() bool {
-		addr, err := sc.GetMasterAddrByName(ctx, "pay").Result()
-		return err == nil && len(addr) == 2 && addr[1] == port(replica)
-	})
+	set.waitPromoted(t)
 	t.Logf("failover took %v", time.Since(killed).Round(100*time.Millisecond))
 	time.Sleep(2 * time.Second) // load on the new primary
 	close(stop)
@@ -216,6 +189,63 @@ func TestSentinelFailover(t *testing.T) {
 		return done["after-failover"]
 	})
 }
+
+// sentinelSet is Debian's redis-server on loopback as a primary, its
+// replica and three sentinels (redis-server --sentinel) that monitor it as
+// "pay" (down after 1 s, quorum 2).
+type sentinelSet struct {
+	primaryCmd       *exec.Cmd
+	primary, replica string
+	sentinels        []string
+	sc               *redis.SentinelClient
+}
+
+func startSentinels(t *testing.T) *sentinelSet {
+	t.Helper()
+	dir := t.TempDir()
+	primary, replica := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	// --dir: a replica writes the primary's snapshot to disk while it syncs.
+	primaryCmd := startDaemon(t, "redis-server", "--port", port(primary), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	startDaemon(t, "redis-server", "--port", port(replica), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+		"--replicaof", "127.0.0.1", port(primary))
+	var sentinels []string
+	for i := range 3 {
+		addr := testenv.FreeAddr(t)
+		conf := filepath.Join(dir, fmt.Sprintf("sentinel%d.conf", i))
+		body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor pay 127.0.0.1 %s 2\n"+
+			"sentinel down-after-milliseconds pay 1000\nsentinel failover-timeout pay 4000\n", port(addr), dir, port(primary))
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		startDaemon(t, "redis-server", conf, "--sentinel")
+		sentinels = append(sentinels, addr)
+	}
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinels[0]})
+	t.Cleanup(func() { sc.Close() })
+	ctx := context.Background()
+	waitUntil(t, 20*time.Second, "the sentinels to see the replica and each other", func() bool {
+		reps, err1 := sc.Replicas(ctx, "pay").Result()
+		sens, err2 := sc.Sentinels(ctx, "pay").Result()
+		return err1 == nil && err2 == nil && len(reps) == 1 && len(sens) == 2
+	})
+	return &sentinelSet{primaryCmd: primaryCmd, primary: primary, replica: replica, sentinels: sentinels, sc: sc}
+}
+
+// url is the REDIS_URL of the set.
+func (s *sentinelSet) url() string {
+	return "redis-sentinel://" + strings.Join(s.sentinels, ",") + "/0?master=pay"
+}
+
+// waitPromoted waits until the sentinels name the replica the master.
+func (s *sentinelSet) waitPromoted(t *testing.T) {
+	t.Helper()
+	waitUntil(t, 30*time.Second, "the sentinels to promote the replica", func() bool {
+		addr, err := s.sc.GetMasterAddrByName(context.Background(), "pay").Result()
+		return err == nil && len(addr) == 2 && addr[1] == port(s.replica)
+	})
+}
+
+func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
 
 // startDaemon runs a server in the foreground for the test's duration.
 func startDaemon(t *testing.T, name string, args ...string) *exec.Cmd {
