@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -74,7 +76,11 @@ func run(ctx context.Context) error {
 	env.Log.Info("worker started", "queues", tasks.Queues)
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return admin.Serve(gctx, env.Config.AdminAddr, admin.Handler(*env.Admin()), env.Log) })
+	// The worker's /metrics has the queues' depth (the autoscaling signal).
+	adm := env.Admin()
+	adm.QueueDepth = asynq.NewInspectorFromRedisClient(env.Redis)
+	adm.Queues = slices.Sorted(maps.Keys(tasks.Queues))
+	g.Go(func() error { return admin.Serve(gctx, env.Config.AdminAddr, admin.Handler(*adm), env.Log) })
 	err = g.Wait()
 	// Shutdown stops fetching and waits for running tasks up to
 	// WORKER_SHUTDOWN_TIMEOUT; unfinished ones go back to the queue at once

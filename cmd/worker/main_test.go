@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -63,6 +64,20 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 	for q := range tasks.Queues {
 		if _, ok := servers[0].Queues[q]; !ok {
 			t.Errorf("worker queues: got %v, want %q among them", servers[0].Queues, q)
+		}
+	}
+	// Its /metrics has every queue's depth (the autoscaling signal).
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for q := range tasks.Queues {
+		for _, want := range []string{`paysvc_queue_tasks{queue="` + q + `",state="pending"} `, `paysvc_queue_oldest_pending_seconds{queue="` + q + `"} `} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("worker GET /metrics: got no %s…, want each queue's depth", want)
+			}
 		}
 	}
 

@@ -34,6 +34,11 @@ type Options struct {
 	// Optional are the dependencies the process serves without, degraded
 	// (e.g. "redis"): /readyz reports them but stays 200.
 	Optional map[string]Check
+	// QueueDepth, when set, exports the size of each of Queues on /metrics
+	// (paysvc_queue_tasks, paysvc_queue_oldest_pending_seconds): the
+	// worker sets it.
+	QueueDepth *asynq.Inspector
+	Queues     []string
 }
 
 // readyTimeout bounds the checks of one /readyz or /metrics scrape, which
@@ -126,6 +131,9 @@ func Handler(o Options) http.Handler {
 	// made more than once in a process.
 	deps := prometheus.NewRegistry()
 	deps.MustRegister(dependencyUp{o})
+	if o.QueueDepth != nil {
+		deps.MustRegister(&queueDepth{insp: o.QueueDepth, queues: o.Queues})
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{prometheus.DefaultGatherer, deps}, promhttp.HandlerOpts{}))
 	// Profiles name no secrets but can be costly: guarded like the dashboard.
 	mux.Handle("/debug/pprof/", guard(o, http.HandlerFunc(pprof.Index)))

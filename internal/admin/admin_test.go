@@ -4,16 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq"
 	"github.com/redis/go-redis/v9"
@@ -432,5 +436,60 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestQueueDepthMetrics: with QueueDepth set, /metrics has each queue's
+// tasks by state and the age of its oldest pending task, read from Redis
+// (zeros for a queue nothing was enqueued on); with Redis gone the series
+// are left out and the scrape still answers within a second or so.
+func TestQueueDepthMetrics(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	client := asynq.NewClientFromRedisClient(rdb)
+	defer client.Close()
+	for i := range 3 {
+		if _, err := client.Enqueue(asynq.NewTask("depth:test", nil), asynq.Queue("depth_a"), asynq.TaskID(fmt.Sprint("p", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := client.Enqueue(asynq.NewTask("depth:test", nil), asynq.Queue("depth_a"), asynq.ProcessIn(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the oldest pending task is over a second old
+	srv := httptest.NewServer(admin.Handler(admin.Options{QueueDepth: asynq.NewInspectorFromRedisClient(rdb), Queues: []string{"depth_a", "depth_never"}}))
+	defer srv.Close()
+	_, _, body := get(t, srv.URL, "/metrics")
+	for _, want := range []string{
+		`paysvc_queue_tasks{queue="depth_a",state="pending"} 3`,
+		`paysvc_queue_tasks{queue="depth_a",state="scheduled"} 1`,
+		`paysvc_queue_tasks{queue="depth_a",state="active"} 0`,
+		`paysvc_queue_tasks{queue="depth_a",state="retry"} 0`,
+		`paysvc_queue_tasks{queue="depth_never",state="pending"} 0`,
+		`paysvc_queue_oldest_pending_seconds{queue="depth_never"} 0`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("GET /metrics: got no line %q", want)
+		}
+	}
+	m := regexp.MustCompile(`paysvc_queue_oldest_pending_seconds\{queue="depth_a"\} (\S+)`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("GET /metrics: no paysvc_queue_oldest_pending_seconds for depth_a")
+	}
+	if age, _ := strconv.ParseFloat(m[1], 64); age < 1 || age > 30 {
+		t.Errorf("oldest pending age of depth_a: got %v s, want about 1 s", age)
+	}
+
+	dead := redis.NewClient(&redis.Options{Addr: testenv.FreeAddr(t)})
+	defer dead.Close()
+	srv2 := httptest.NewServer(admin.Handler(admin.Options{QueueDepth: asynq.NewInspectorFromRedisClient(dead), Queues: []string{"depth_a"}}))
+	defer srv2.Close()
+	start := time.Now()
+	status, _, body := get(t, srv2.URL, "/metrics")
+	if took := time.Since(start); status != http.StatusOK || took > 2*time.Second {
+		t.Errorf("GET /metrics with Redis gone: got %d after %v, want 200 within about a second", status, took)
+	}
+	if strings.Contains(body, "paysvc_queue_tasks{") {
+		t.Errorf("GET /metrics with Redis gone: got queue series, want them left out")
 	}
 }
