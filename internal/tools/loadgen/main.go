@@ -22,7 +22,10 @@
 // are not followed.
 //
 // Placeholders: {id} (in -url and -body) is replaced per request by a random
-// line of the -ids file (the same one in both); {n} (in -url, -body and -H values) by a per-request counter
+// line of the -ids file (the same one in both); a line may hold a second,
+// tab-separated field, {key} (in -H values) of the same line, so that
+// `-H 'Authorization: Bearer {key}'` spreads the load over the merchants
+// whose keys and ids the file pairs; {n} (in -url, -body and -H values) by a per-request counter
 // unique within the process; {run} by a random token fixed for the process,
 // so that `-H 'Idempotency-Key: bench-{run}-{n}'` never repeats across runs.
 //
@@ -32,6 +35,10 @@
 //	    -H "Authorization: Bearer $KEY" -conns 32 -duration 15s -json
 //	loadgen -method POST -url http://127.0.0.1:18080/v1/products \
 //	    -body '{"name":"p {n}"}' -rate 1000 -conns 128 -duration 15s
+//
+// -idle N opens N more keep-alive connections before the run, each sending
+// one request (the same template) and then holding its connection idle until
+// the end, so the server keeps N idle connections while the load runs.
 //
 // -timeline FILE writes the measured window second by second (by each
 // request's scheduled time in the open model, its send time in the closed
@@ -74,6 +81,7 @@ const (
 	maxRate     = 1_000_000
 	maxConns    = 10_000
 	maxIDs      = 10_000_000
+	maxIdle     = 100_000
 )
 
 type headerList []string
@@ -105,6 +113,7 @@ type config struct {
 	name     string
 	json     bool
 	timeline string
+	idle     int
 }
 
 func main() {
@@ -113,7 +122,8 @@ func main() {
 	flag.StringVar(&c.method, "method", "GET", "HTTP method")
 	flag.StringVar(&c.body, "body", "", "request body template; {n} is a per-request unique counter, {run} a per-process token")
 	flag.Var(&c.headers, "H", "request header 'Name: value' (repeatable; {n} and {run} are replaced)")
-	flag.StringVar(&c.idsFile, "ids", "", "file of ids, one per line, substituted for {id}")
+	flag.StringVar(&c.idsFile, "ids", "", "file of ids, one per line, substituted for {id}; an optional second tab-separated field for {key}")
+	flag.IntVar(&c.idle, "idle", 0, "keep-alive connections opened (one request each) and held idle through the run")
 	flag.IntVar(&c.conns, "conns", 32, "connections: closed model workers, or the open model's in-flight pool")
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "measured duration")
 	flag.Float64Var(&c.rate, "rate", 0, "0: closed model; >0: open model at this many requests per second")
@@ -153,6 +163,12 @@ func (c *config) validate() error {
 	if (strings.Contains(c.url, "{id}") || strings.Contains(c.body, "{id}")) && c.idsFile == "" {
 		return errors.New("-url or -body contains {id}: -ids is required")
 	}
+	if strings.Contains(c.headers.String(), "{key}") && c.idsFile == "" {
+		return errors.New("-H contains {key}: -ids is required (its lines' second field)")
+	}
+	if c.idle < 0 || c.idle > maxIdle {
+		return fmt.Errorf("-idle %d: want 0..%d", c.idle, maxIdle)
+	}
 	c.method = strings.ToUpper(c.method)
 	switch {
 	case c.conns < 1 || c.conns > maxConns:
@@ -183,7 +199,7 @@ func run(c config) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	var ids []string
+	var ids []idLine
 	if c.idsFile != "" {
 		var err error
 		if ids, err = readIDs(c.idsFile); err != nil {
@@ -205,6 +221,18 @@ func run(c config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	idle := 0
+	if c.idle > 0 {
+		conns, failed := g.openIdle(ctx, c.idle)
+		defer func() {
+			for _, conn := range conns {
+				conn.Close()
+			}
+		}()
+		idle = len(conns)
+		logf(c, "idle connections open: %d (failed: %d)", idle, failed)
+	}
+
 	if c.warmup > 0 {
 		logf(c, "warmup %s", c.warmup)
 		g.phase(ctx, c.warmup, 0, false)
@@ -214,6 +242,7 @@ func run(c config) error {
 	}
 	logf(c, "measuring %s", c.duration)
 	res := g.phase(ctx, c.duration, c.maxReqs, c.timeline != "")
+	res.Idle = idle
 	res.print(c)
 	if c.timeline != "" {
 		if err := res.timeline.write(c.timeline); err != nil {
@@ -234,20 +263,24 @@ func logf(c config, format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "loadgen [%s]: %s\n", label, fmt.Sprintf(format, args...))
 }
 
-func readIDs(path string) ([]string, error) {
+// idLine is one line of -ids: {id} (path-escaped) and {key}.
+type idLine struct{ id, key string }
+
+func readIDs(path string) ([]idLine, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("-ids: %w", err)
 	}
 	defer f.Close()
-	var ids []string
+	var ids []idLine
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if s := strings.TrimSpace(sc.Text()); s != "" {
 			if len(ids) == maxIDs {
 				return nil, fmt.Errorf("-ids: more than %d lines", maxIDs)
 			}
-			ids = append(ids, url.PathEscape(s))
+			id, key, _ := strings.Cut(s, "\t")
+			ids = append(ids, idLine{id: url.PathEscape(strings.TrimSpace(id)), key: strings.TrimSpace(key)})
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -293,7 +326,7 @@ func newClient(c config) *http.Client {
 
 type generator struct {
 	cfg    config
-	ids    []string
+	ids    []idLine
 	run    string
 	client *http.Client
 	seq    atomic.Int64 // {n}
@@ -319,7 +352,7 @@ func (g *generator) prepare() {
 	for _, h := range c.headers {
 		name, value, _ := strings.Cut(h, ":")
 		name, value = strings.TrimSpace(name), r.Replace(strings.TrimSpace(value))
-		if strings.Contains(value, "{n}") {
+		if strings.Contains(value, "{n}") || strings.Contains(value, "{key}") {
 			g.dynHeaders = append(g.dynHeaders, [2]string{name, value})
 			continue
 		}
@@ -340,9 +373,10 @@ func (g *generator) request(ctx context.Context, rng *mrand.Rand) (*http.Request
 		n = strconv.FormatInt(g.seq.Add(1), 10)
 	}
 	u := g.cfg.url
-	id := ""
+	id, key := "", ""
 	if g.ids != nil {
-		id = g.ids[rng.IntN(len(g.ids))]
+		line := g.ids[rng.IntN(len(g.ids))]
+		id, key = line.id, line.key
 		u = strings.ReplaceAll(u, "{id}", id)
 	}
 	if g.urlHasN {
@@ -363,9 +397,81 @@ func (g *generator) request(ctx context.Context, rng *mrand.Rand) (*http.Request
 	}
 	req.Header = g.header.Clone()
 	for _, h := range g.dynHeaders {
-		req.Header.Set(h[0], strings.ReplaceAll(h[1], "{n}", n))
+		req.Header.Set(h[0], strings.NewReplacer("{n}", n, "{key}", key).Replace(h[1]))
 	}
 	return req, nil
+}
+
+// openIdle opens n keep-alive connections of their own (not the load's
+// transport), sends one request on each and reads its answer, leaving the
+// connection idle and open; 64 at a time. It returns the connections whose
+// request got a 2xx answer and how many failed (those are closed).
+func (g *generator) openIdle(ctx context.Context, n int) ([]net.Conn, int) {
+	var (
+		mu     sync.Mutex
+		conns  []net.Conn
+		failed int
+		wg     sync.WaitGroup
+	)
+	next := make(chan int)
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	for w := range min(n, 64) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), uint64(w)))
+			for range next {
+				conn, err := g.idleOne(ctx, dialer, rng)
+				mu.Lock()
+				if err != nil {
+					failed++
+				} else {
+					conns = append(conns, conn)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return conns, failed
+}
+
+func (g *generator) idleOne(ctx context.Context, dialer *net.Dialer, rng *mrand.Rand) (net.Conn, error) {
+	req, err := g.request(ctx, rng)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := dialer.DialContext(ctx, "tcp", req.URL.Host)
+	if err != nil {
+		return nil, err
+	}
+	if ta, ok := conn.RemoteAddr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
+		conn.Close()
+		return nil, fmt.Errorf("refusing non-loopback address %s", conn.RemoteAddr())
+	}
+	conn.SetDeadline(time.Now().Add(g.cfg.timeout)) //nolint:errcheck // a plain TCP conn
+	if err := req.Write(conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err == nil && (resp.StatusCode < 200 || resp.StatusCode > 299 || resp.Close) {
+			err = fmt.Errorf("status %d (close %v)", resp.StatusCode, resp.Close)
+		}
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{}) //nolint:errcheck
+	return conn, nil
 }
 
 // worker holds one goroutine's counters; merged at the end of a phase.
@@ -662,6 +768,7 @@ type result struct {
 	Mean       float64          `json:"mean_ms"`
 	Statuses   map[string]int64 `json:"statuses"`
 	FirstError string           `json:"first_error,omitempty"`
+	Idle       int              `json:"idle_conns,omitempty"` // -idle connections held open through the run
 
 	timeline *timeline
 }
