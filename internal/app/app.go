@@ -4,6 +4,8 @@ package app
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
 	"paysvc/internal/admin"
@@ -76,9 +80,23 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 		db.Close()
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
+	registerPoolMetrics(db.DB, process)
 	rdb := redis.NewUniversalClient(ropt)
 	aopt := asynqOpt(ropt)
 	return &Env{Config: cfg, Log: log, DB: db, Store: postgres.New(db), Redis: rdb, RedisOpt: aopt}, nil
+}
+
+// registerPoolMetrics exports the PostgreSQL pool's sql.DBStats on
+// /metrics as go_sql_*{db_name=process}: open, in-use and idle
+// connections, and the requests that waited for one (go_sql_wait_count_total,
+// go_sql_wait_duration_seconds_total) — a tail made of pool waits shows
+// there. The first pool of a process is the one exported (tests set up
+// more than one).
+func registerPoolMetrics(db *sql.DB, process string) {
+	err := prometheus.Register(collectors.NewDBStatsCollector(db, process))
+	if are := (prometheus.AlreadyRegisteredError{}); err != nil && !errors.As(err, &are) {
+		slog.Warn("pool metrics not registered", "error", err)
+	}
 }
 
 // asynqOpt is o for asynq's RedisConnOpt.
