@@ -36,7 +36,8 @@
 #   BENCH_IDLE_CONNS idle keep-alive connections held open during a 1,000 req/s run (10000;
 #                    the script raises ulimit -n to fit them)
 #   BENCH_ONLY       run only these groups (space-separated: main webhooks refunds subscriptions
-#                    events renewals dashboard scale merchants idle); README.md is then left alone
+#                    events renewals dashboard scaleout scale merchants idle); README.md is then left alone
+#   BENCH_POOLER_SIZE      scaleout: PgBouncer's server connections for the pooled rows (20)
 #   BENCH_MODE       empty: the scenarios below, each after a CHECKPOINT; backtoback: the
 #                    phases of the independent harness of issue 17 back to back with no pause
 #                    or CHECKPOINT between them (see backtoback below; its defaults are
@@ -109,12 +110,17 @@ LOADGEN=(bin/loadgen)
 QUIESCE=1
 WORKER_PID=""
 SCHEDULER_PID=""
+# failover's Redis servers and sentinels, pooled's PgBouncer directory.
+SENTINEL_PIDS=()
+POOLER_DIR=""
 
 log() { printf '\n== %s\n' "$*" >&2; }
 die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 
 cleanup() {
 	[[ -n $SAMPLER_PID ]] && kill "$SAMPLER_PID" 2>/dev/null || true
+	((${#SENTINEL_PIDS[@]})) && kill "${SENTINEL_PIDS[@]}" 2>/dev/null || true
+	[[ -n $POOLER_DIR ]] && PGBOUNCER_DIR=$POOLER_DIR bash deploy/local/pgbouncer.sh stop 2>/dev/null || true
 	[[ -n $WORKER_PID ]] && kill -KILL "$WORKER_PID" 2>/dev/null || true
 	[[ -n $SCHEDULER_PID ]] && kill -KILL "$SCHEDULER_PID" 2>/dev/null || true
 	if [[ -n "$API_PID" ]] && kill -0 "$API_PID" 2>/dev/null; then
@@ -856,6 +862,7 @@ report() {
 		[[ -s $OUT/webhooks.json ]] && webhook_table
 		if [[ -s $OUT/renewals.json ]]; then renewal_table; fi
 		idle_table
+		if [[ -s $OUT/failover.json ]]; then failover_table; fi
 	)
 
 	{
@@ -901,6 +908,115 @@ report() {
 kept_results() {
 	[[ -f deploy/bench/results.md ]] || return 0
 	awk '/<!-- backtoback:start -->/ { keep = 1; print "" } keep' deploy/bench/results.md
+}
+
+# ---------------------------------------------------------------------------
+# Scale-out: the API through PgBouncer, and during a Redis failover.
+
+# stop_api: SIGTERM the API under test and wait for it.
+stop_api() {
+	[[ -n $API_PID ]] || return 0
+	kill -TERM "$API_PID" 2>/dev/null || true
+	wait "$API_PID" 2>/dev/null || true
+	API_PID=""
+}
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# pooled: POST /v1/products and GET /v1/products/{id} with the API's
+# DATABASE_URL through a local PgBouncer in transaction mode
+# (deploy/local/pgbouncer.sh, BENCH_POOLER_SIZE server connections, 20),
+# DATABASE_POOL_MODE=transaction, beside the direct rows above: the
+# pooler's overhead. The API is restarted direct afterwards.
+pooled() {
+	local url direct=$DATABASE_URL
+	# Under /tmp: as root PgBouncer runs as postgres, which cannot enter $OUT.
+	POOLER_DIR="${TMPDIR:-/tmp}/paysvc-bench-pgbouncer-$$"
+	url=$(PGBOUNCER_DIR=$POOLER_DIR PGBOUNCER_POOL_SIZE=${BENCH_POOLER_SIZE:-20} bash deploy/local/pgbouncer.sh start) ||
+		die "deploy/local/pgbouncer.sh start failed"
+	stop_api
+	DATABASE_URL="${url%%/\?*}/$BENCH_DB?sslmode=disable" DATABASE_DIRECT_URL=$direct DATABASE_POOL_MODE=transaction start_api
+	smoke POST /v1/products "$1"
+	scenario "POST /v1/products (PgBouncer, transaction mode)" POST /v1/products "$1" insert
+	scenario "GET /v1/products/{id} (PgBouncer, transaction mode)" GET '/v1/products/{id}' "" select
+	stop_api
+	PGBOUNCER_DIR=$POOLER_DIR bash deploy/local/pgbouncer.sh stop
+	rm -rf "$POOLER_DIR"
+	POOLER_DIR=""
+	start_api
+}
+
+# failover: the API on a redis-sentinel:// REDIS_URL (Debian's redis-server
+# as a primary, its replica and three sentinels on loopback, down after 1 s),
+# GET /v1/products/{id} at BENCH_RATE req/s (open model) for max(BENCH_DURATION,
+# 12 s); the primary is killed 3 s into the measured window. Kept in
+# $OUT/failover.json: how long the sentinels took to promote the replica,
+# and the run's requests, errors, p50/p99/max (the limiter's Redis call is
+# on every request's path). The API is restarted on BENCH_REDIS_URL afterwards.
+failover() {
+	command -v redis-server >/dev/null || { log "failover: no redis-server, skipped"; return 0; }
+	local dir="$OUT/sentinel" primary replica sentinels=() s secs=$((SECS > 12 ? SECS : 12)) ppid
+	mkdir -p "$dir"
+	primary=$(free_port)
+	replica=$(free_port)
+	redis-server --port "$primary" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >"$dir/primary.log" 2>&1 &
+	ppid=$!
+	SENTINEL_PIDS=("$ppid")
+	redis-server --port "$replica" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+		--replicaof 127.0.0.1 "$primary" >"$dir/replica.log" 2>&1 &
+	SENTINEL_PIDS+=($!)
+	for i in 0 1 2; do
+		s=$(free_port)
+		printf 'port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor pay 127.0.0.1 %s 2\nsentinel down-after-milliseconds pay 1000\nsentinel failover-timeout pay 4000\n' \
+			"$s" "$dir" "$primary" >"$dir/sentinel$i.conf"
+		redis-server "$dir/sentinel$i.conf" --sentinel >"$dir/sentinel$i.log" 2>&1 &
+		SENTINEL_PIDS+=($!)
+		sentinels+=("127.0.0.1:$s")
+	done
+	local ok=""
+	for _ in $(seq 100); do
+		if [[ $(redis-cli -p "${sentinels[0]#*:}" sentinel replicas pay 2>/dev/null | grep -c "^name$") == 1 &&
+			$(redis-cli -p "${sentinels[0]#*:}" sentinel sentinels pay 2>/dev/null | grep -c "^name$") == 2 ]]; then
+			ok=1
+			break
+		fi
+		sleep 0.2
+	done
+	[[ -n $ok ]] || { die "failover: the sentinels did not see the replica and each other in 20 s"; }
+
+	stop_api
+	REDIS_URL="redis-sentinel://$(IFS=,; echo "${sentinels[*]}")/0?master=pay" start_api
+	smoke GET "/v1/products/$(head -n 1 "$IDS")"
+	local name="GET /v1/products/{id} during a Redis failover"
+	log "api: $name ($BENCH_RATE req/s, open, ${secs}s; primary killed 3 s in)"
+	"${LOADGEN[@]}" -name "$name" -method GET -url "$API/v1/products/{id}" -ids "$IDS" -H "Authorization: Bearer $KEY" \
+		-warmup "${WARM}s" -duration "${secs}s" -json -conns "$BENCH_OPEN_CONNS" -rate "$BENCH_RATE" \
+		-timeline "$OUT/failover-timeline.csv" >"$OUT/failover-run.json" &
+	local lg=$! killed promoted=""
+	sleep $((WARM + 3))
+	killed=$(date +%s.%N)
+	kill -KILL "$ppid"
+	for _ in $(seq 300); do
+		if [[ $(redis-cli -p "${sentinels[0]#*:}" sentinel get-master-addr-by-name pay 2>/dev/null | tail -n 1) == "$replica" ]]; then
+			promoted=$(date +%s.%N)
+			break
+		fi
+		sleep 0.05
+	done
+	wait "$lg" || die "loadgen failed during the failover run"
+	jq -c --arg killed "$killed" --arg promoted "$promoted" \
+		'{scenario:.name, rate, duration_s, count, errors, p50_ms, p99_ms, max_ms, statuses,
+		  promoted_after_s: (if $promoted == "" then null else (($promoted | tonumber) - ($killed | tonumber)) end)}' \
+		"$OUT/failover-run.json" | tee "$OUT/failover.json" >&2
+	stop_api
+	kill "${SENTINEL_PIDS[@]}" 2>/dev/null || true
+	wait "${SENTINEL_PIDS[@]}" 2>/dev/null || true
+	SENTINEL_PIDS=()
+	start_api
+}
+
+failover_table() {
+	jq -r '"\n| Redis failover (Sentinel, down after 1 s) | figure |\n|---|---:|\n| replica promoted after the primary was killed, s | \(if .promoted_after_s == null then "—" else (.promoted_after_s * 10 | round / 10) end) |\n| \(.scenario) @ \(.rate) req/s for \(.duration_s | round) s: errors | \(.errors) of \(.count) |\n| its p50 / p99 / max ms | \(.p50_ms * 100 | round / 100) / \(.p99_ms * 100 | round / 100) / \(.max_ms * 100 | round / 100) |"' "$OUT/failover.json"
 }
 
 # ---------------------------------------------------------------------------
@@ -1206,10 +1322,11 @@ ORDER BY created_at DESC, id DESC LIMIT 11;"
 
 	start_api
 	local g
-	for g in ${BENCH_ONLY:-main webhooks refunds subscriptions events renewals dashboard scale merchants idle}; do
+	for g in ${BENCH_ONLY:-main webhooks refunds subscriptions events renewals dashboard scaleout scale merchants idle}; do
 		case $g in
 		main) main_scenarios ;;
 		webhooks | refunds | subscriptions | events | renewals | dashboard) "$g" ;;
+		scaleout) pooled '{"name":"Bench product {n}","price":{"amount":1999,"currency":"usd"}}' && failover ;;
 		scale) scale_lists ;;
 		merchants) many_merchants ;;
 		idle) idle_connections ;;
