@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"paysvc/internal/processor"
 )
 
 // The customer portal (issue 12, item 7): POST
@@ -87,6 +89,11 @@ type PortalSessionObject struct {
 	Livemode     bool   `json:"livemode"`
 }
 
+// ProcessorPortalTTL is how long the processor's portal URL is recorded as
+// valid: Stripe's billing portal session URLs are short-lived, and its
+// session then lasts while the customer uses it.
+const ProcessorPortalTTL = 5 * time.Minute
+
 // CreatePortalSession creates a portal session for one of the scope's
 // subscriptions and returns it with its signed URL, valid for the
 // configured TTL on the merchant's clock. An ended subscription still gets
@@ -97,23 +104,35 @@ func (s *Service) CreatePortalSession(ctx context.Context, sc Scope, subscriptio
 	if err := checkRedirectURL("return_url", in.ReturnURL); err != nil {
 		return PortalSessionObject{}, err
 	}
-	if len(s.portal.key) == 0 {
-		return PortalSessionObject{}, errors.New("portal: no signing key configured (payments.WithPortal)")
-	}
 	sub, err := s.store.Subscription(ctx, sc, subscriptionID)
 	if err != nil {
 		return PortalSessionObject{}, err
+	}
+	b, owned := s.billingOf(sub)
+	if len(s.portal.key) == 0 && !owned {
+		return PortalSessionObject{}, errors.New("portal: no signing key configured (payments.WithPortal)")
 	}
 	now := s.clock.Now(ctx, sc).UTC().Truncate(time.Second)
 	ps := PortalSession{
 		ID: NewID("bps_"), Scope: sc, SubscriptionID: sub.ID, CustomerID: sub.CustomerID,
 		ReturnURL: *in.ReturnURL, ExpiresAt: now.Add(s.portal.ttl), Created: now,
 	}
+	var url string
+	if owned {
+		ps.ExpiresAt = now.Add(ProcessorPortalTTL)
+		// The processor's billing portal (Stripe's), keyed by our session's
+		// id; the row is written only once it answered.
+		if url, err = b.CreatePortalSession(ctx, account(sc), processor.PortalSession{ID: ps.ID, SubscriptionID: sub.ID, ReturnURL: ps.ReturnURL}); err != nil {
+			return PortalSessionObject{}, err
+		}
+	} else {
+		url = s.portal.baseURL + "/portal/" + s.portalToken(ps)
+	}
 	if err := s.store.CreatePortalSession(ctx, sc, ps); err != nil {
 		return PortalSessionObject{}, err
 	}
 	return PortalSessionObject{
-		ID: ps.ID, Object: "billing_portal.session", URL: s.portal.baseURL + "/portal/" + s.portalToken(ps),
+		ID: ps.ID, Object: "billing_portal.session", URL: url,
 		ReturnURL: ps.ReturnURL, Subscription: ps.SubscriptionID, Customer: ps.CustomerID,
 		ExpiresAt: ps.ExpiresAt.Unix(), Created: ps.Created.Unix(), Livemode: sc.Live,
 	}, nil

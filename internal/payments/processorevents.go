@@ -40,6 +40,12 @@ type ProcessorEventData struct {
 	// Card is the card the processor saved for later charges (a
 	// subscription's checkout), never its number.
 	Card *SavedCard `json:"card,omitempty"`
+	// Subscription is the processor's subscription, for a processor that
+	// bills subscriptions itself (subscription_billing.go): its whole
+	// state, or for a subscription checkout's completion its id alone.
+	Subscription *ProcessorSubscription `json:"subscription,omitempty"`
+	// Invoice is an invoice of the processor's subscription.
+	Invoice *ProcessorInvoice `json:"invoice,omitempty"`
 }
 
 // Processor event types.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+
+	"paysvc/internal/processor"
 )
 
 // QuantityStore is the persistence of quantity changes (part of Store).
@@ -204,6 +206,22 @@ func (s *Service) ChangeQuantity(ctx context.Context, sc Scope, subscriptionID s
 				return qc, nil, Effects{}, err
 			}
 			eff := Effects{Events: subscriptionEvents(*sub, false, now)}
+			if b, ok := s.billingOf(*sub); ok {
+				// The processor prorates and invoices: the change is made
+				// there first (keyed by this change's id), and here only
+				// the quantity changes; its invoice comes back as an event.
+				// A processor error writes nothing.
+				err := b.ChangeQuantity(ctx, account(sc), processor.QuantityChange{
+					Key: changeID, SubscriptionID: sub.ID, ItemID: qc.ItemID, Quantity: int64(qc.NewQuantity),
+					ProrationBehavior: string(qc.Behavior), ProrationDate: qc.ProrationDate,
+				})
+				if err != nil {
+					return qc, nil, Effects{}, err
+				}
+				sub.PendingProration, qc.Lines = qc.PendingBefore, nil
+				eff.Events = subscriptionEvents(*sub, false, now)
+				return qc, nil, eff, nil
+			}
 			if qc.AmountDue <= 0 {
 				return qc, nil, eff, nil
 			}

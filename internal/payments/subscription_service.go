@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+
+	"paysvc/internal/processor"
 )
 
 // SubscriptionRecords is the persistence of subscriptions themselves (part
@@ -29,6 +31,11 @@ type SubscriptionRecords interface {
 	// first charge and its payment), saves the session and writes fn's
 	// effects, in one transaction.
 	PaySubscriptionCheckout(ctx context.Context, sessionID string, fn func(sc Scope, plan Plan, cs *CheckoutSession) (SubscriptionCheckout, Effects, error)) error
+	// SyncProcessorSubscription locks the scope's subscription whose
+	// processor id is processorID, runs fn and writes the payment fn
+	// returns, the subscription and fn's effects in one transaction.
+	// Codes: subscription_not_found, and fn's.
+	SyncProcessorSubscription(ctx context.Context, sc Scope, processorID string, fn func(plan Plan, sub *Subscription) (*PaymentIntent, Effects, error)) (Subscription, error)
 }
 
 // SubscriptionFilter is the query of GET /v1/subscriptions: Status ""
@@ -167,7 +174,15 @@ func subscriptionEvents(sub Subscription, wasEnded bool, now time.Time) []Event 
 // changeSubscription runs change on the locked subscription at its scope's
 // time and, when change reports a change, saves it with its events
 // (subscriptionEvents). Codes: subscription_not_found, and change's.
-func (s *Service) changeSubscription(ctx context.Context, sc Scope, id string, change func(sub *Subscription, now time.Time) (bool, error)) (Subscription, error) {
+//
+// remote, when not nil, makes the same change at the processor for a
+// subscription the processor bills (Stripe Billing), after change
+// succeeded on the locked row and before anything is written, with the id
+// of the customer.subscription.updated event this change records as the
+// idempotency key: a processor error (502 processor_error) leaves nothing
+// written here.
+func (s *Service) changeSubscription(ctx context.Context, sc Scope, id string, change func(sub *Subscription, now time.Time) (bool, error),
+	remote func(b processor.Billing, sub Subscription, key string) error) (Subscription, error) {
 	// The time is read before the store's transaction opens: a clock whose
 	// cached offset ran out reads it from the database, and doing that
 	// inside the transaction would need a second connection while holding
@@ -179,7 +194,13 @@ func (s *Service) changeSubscription(ctx context.Context, sc Scope, id string, c
 		if err != nil || !changed {
 			return Effects{}, err
 		}
-		return Effects{Events: subscriptionEvents(*sub, wasEnded, now)}, nil
+		evs := subscriptionEvents(*sub, wasEnded, now)
+		if b, ok := s.billingOf(*sub); ok && remote != nil {
+			if err := remote(b, *sub, evs[0].ID); err != nil {
+				return Effects{}, err
+			}
+		}
+		return Effects{Events: evs}, nil
 	})
 }
 
@@ -198,6 +219,8 @@ func (s *Service) CancelSubscription(ctx context.Context, sc Scope, id string, i
 	atPeriodEnd := in.AtPeriodEnd == nil || *in.AtPeriodEnd
 	return s.changeSubscription(ctx, sc, id, func(sub *Subscription, now time.Time) (bool, error) {
 		return sub.Cancel(atPeriodEnd, now)
+	}, func(b processor.Billing, sub Subscription, key string) error {
+		return b.CancelSubscription(ctx, account(sc), processor.SubscriptionCancel{Key: key, SubscriptionID: sub.ID, AtPeriodEnd: atPeriodEnd})
 	})
 }
 
@@ -207,5 +230,7 @@ func (s *Service) CancelSubscription(ctx context.Context, sc Scope, id string, i
 func (s *Service) ResumeSubscription(ctx context.Context, sc Scope, id string) (Subscription, error) {
 	return s.changeSubscription(ctx, sc, id, func(sub *Subscription, now time.Time) (bool, error) {
 		return true, sub.Resume(now)
+	}, func(b processor.Billing, sub Subscription, key string) error {
+		return b.ResumeSubscription(ctx, account(sc), key, sub.ID)
 	})
 }

@@ -118,6 +118,10 @@ func (s *Service) CreateSubscriptionSession(ctx context.Context, sc Scope, in Su
 	if err := s.CheckProcessorInterval(iv); err != nil {
 		return CheckoutSession{}, err // Stripe bills at most every 3 years
 	}
+	if _, ok := s.billing(); ok && in.PassFeesToCustomer != nil && *in.PassFeesToCustomer {
+		// The processor bills the mirrored price as it is, every period.
+		return CheckoutSession{}, Invalid("pass_fees_to_customer", "is not available when the payment processor bills subscriptions (PROCESSOR=stripe)")
+	}
 	now := s.clock.Now(ctx, sc)
 	qty := int64(1)
 	if in.Quantity != nil {
@@ -131,6 +135,7 @@ func (s *Service) CreateSubscriptionSession(ctx context.Context, sc Scope, in Su
 			return CheckoutSession{}, err
 		}
 		li.PriceID, li.Name, li.UnitAmount, li.Currency = &p.Price.ID, p.Name, p.Price.Amount, p.Price.Currency
+		iv = p.Price.Interval
 		li.Recurring = &LineRecurring{Interval: p.Price.Interval.Name, IntervalCount: p.Price.Interval.Count, Product: &p.ID}
 		trial = p.TrialPeriodDays
 		if in.TrialPeriodDays != nil {
@@ -179,10 +184,17 @@ func (s *Service) CreateSubscriptionSession(ctx context.Context, sc Scope, in Su
 		}
 	}
 	cs.AmountTotal = cs.TotalWith(plan, 0)
-	hosted, err := s.proc.CreateCheckoutSession(ctx, account(sc), processor.CheckoutSession{
-		ID: cs.ID, Currency: cs.Currency, AmountTotal: cs.AmountTotal, SuccessURL: cs.SuccessURL, CancelURL: cs.CancelURL,
-		Subscription: true,
-	})
+	var hosted processor.HostedCheckout
+	if b, ok := s.billing(); ok {
+		// The processor bills the subscription: its checkout, on its
+		// mirror of the price, keyed by the session's id.
+		hosted, err = s.processorSubscriptionCheckout(ctx, sc, b, cs, iv)
+	} else {
+		hosted, err = s.proc.CreateCheckoutSession(ctx, account(sc), processor.CheckoutSession{
+			ID: cs.ID, Currency: cs.Currency, AmountTotal: cs.AmountTotal, SuccessURL: cs.SuccessURL, CancelURL: cs.CancelURL,
+			Subscription: true,
+		})
+	}
 	if err != nil {
 		return CheckoutSession{}, err
 	}
@@ -229,7 +241,10 @@ func (s *Service) applySubscriptionCheckout(ctx context.Context, a *application,
 		if !succeeded {
 			return out, a.effects(Effects{}, "", now), nil
 		}
-		if p.Card == nil || len(cs.LineItems) != 1 || cs.LineItems[0].Recurring == nil {
+		// A processor that bills the subscription keeps its card (Card
+		// nil) and names its subscription.
+		owned := p.Subscription != nil && p.Subscription.ID != ""
+		if (p.Card == nil && !owned) || len(cs.LineItems) != 1 || cs.LineItems[0].Recurring == nil {
 			return out, Effects{}, fmt.Errorf("subscription checkout %s: no saved card or recurring line", cs.ID)
 		}
 		li := cs.LineItems[0]
@@ -244,9 +259,13 @@ func (s *Service) applySubscriptionCheckout(ctx context.Context, a *application,
 			setOptional(&cu.Name, nonEmpty(p.Name))
 			out.NewCustomer, customerID = &cu, &cu.ID
 		}
-		card := *p.Card
-		card.CustomerID = *customerID
-		out.Card = &card
+		var cardID *string
+		last4 := p.CardLast4
+		if p.Card != nil {
+			card := *p.Card
+			card.CustomerID = *customerID
+			out.Card, cardID, last4 = &card, &card.ID, card.Last4
+		}
 
 		price := RecurringPrice{Amount: li.UnitAmount, Currency: li.Currency, Interval: iv}
 		if li.PriceID != nil {
@@ -264,7 +283,10 @@ func (s *Service) applySubscriptionCheckout(ctx context.Context, a *application,
 			ID: NewID("sub_"), CustomerID: *customerID, Status: SubActive, Anchor: start,
 			Items:    []SubscriptionItem{{ID: NewID("si_"), Name: li.Name, Price: price, Quantity: int(li.Quantity)}},
 			Metadata: nonNilMap(cs.Metadata), Live: sc.Live, Created: now, Currency: li.Currency, PassFees: cs.PassFees,
-			CardID: &card.ID, SessionID: &cs.ID, CurrentPeriodStart: start,
+			CardID: cardID, SessionID: &cs.ID, CurrentPeriodStart: start,
+		}
+		if owned {
+			sub.ProcessorID = p.Subscription.ID
 		}
 		if cs.TrialPeriodDays != nil && *cs.TrialPeriodDays > 0 {
 			end := start.Add(time.Duration(*cs.TrialPeriodDays) * 24 * time.Hour)
@@ -290,7 +312,7 @@ func (s *Service) applySubscriptionCheckout(ctx context.Context, a *application,
 				SessionID: &cs.ID, SubscriptionID: &sub.ID, Created: now,
 			}
 			setOptional(&pi.CustomerName, nonEmpty(p.Name))
-			eff = pi.succeed(plan, card.Last4, now)
+			eff = pi.succeed(plan, last4, now)
 			periodEnd := sub.CurrentPeriodEnd
 			out.Payment = &pi
 			out.Charge = &SubscriptionCharge{

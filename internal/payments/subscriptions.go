@@ -48,6 +48,14 @@ type Subscription struct {
 	// NextRetryAt is when a past_due subscription's open charge is retried
 	// (dunning); nil otherwise.
 	NextRetryAt *time.Time
+	// ProcessorID is the processor's id of a subscription the processor
+	// bills itself (Stripe Billing: Stripe's sub_…); "" when this service
+	// bills it (the sandbox). The renewal sweep and dunning skip the
+	// processor's; its events move them (subscription_billing.go).
+	ProcessorID string
+	// ProcessorSyncedAt is when the processor created the newest event
+	// about it that was applied: an older one arriving late is stale.
+	ProcessorSyncedAt *time.Time
 }
 
 // SubscriptionItem is one price of a subscription and its quantity.

@@ -21,6 +21,7 @@ import (
 const subscriptionCols = `s.id, s.livemode, s.customer_id, s.status, s.currency, s.anchor, s.current_period_start,
 	s.current_period_end, s.cancel_at_period_end, s.canceled_at, s.ended_at, s.trial_end, s.pending_proration,
 	s.pass_fees_to_customer, s.metadata, s.card_id, s.session_id, s.next_retry_at, s.created_at,
+	s.processor_subscription_id, s.processor_synced_at,
 	(SELECT coalesce(json_agg(json_build_object('id', i.id, 'price_id', i.price_id, 'product_id', i.product_id,
 		'name', i.name, 'amount', i.amount, 'currency', i.currency, 'interval', i.interval,
 		'interval_count', i.interval_count, 'quantity', i.quantity) ORDER BY i.created_at, i.id), '[]')
@@ -46,6 +47,8 @@ type subscriptionRow struct {
 	SessionID          sql.NullString `db:"session_id"`
 	NextRetryAt        sql.NullTime   `db:"next_retry_at"`
 	CreatedAt          time.Time      `db:"created_at"`
+	ProcessorID        sql.NullString `db:"processor_subscription_id"`
+	ProcessorSyncedAt  sql.NullTime   `db:"processor_synced_at"`
 	Items              []byte         `db:"items"`
 }
 
@@ -68,6 +71,7 @@ func (r subscriptionRow) subscription() (payments.Subscription, error) {
 		CancelAtPeriodEnd: r.CancelAtPeriodEnd, CanceledAt: timePtr(r.CanceledAt), EndedAt: timePtr(r.EndedAt),
 		TrialEnd: timePtr(r.TrialEnd), PendingProration: r.PendingProration, PassFees: r.PassFees,
 		CardID: strPtr(r.CardID), SessionID: strPtr(r.SessionID), NextRetryAt: timePtr(r.NextRetryAt), Created: r.CreatedAt,
+		ProcessorID: r.ProcessorID.String, ProcessorSyncedAt: timePtr(r.ProcessorSyncedAt),
 	}
 	if err := json.Unmarshal(r.Metadata, &sub.Metadata); err != nil {
 		return sub, fmt.Errorf("decode metadata of %s: %w", r.ID, err)
@@ -105,11 +109,13 @@ func (s *Store) CreateSubscription(ctx context.Context, sc payments.Scope, sub p
 func insertSubscription(ctx context.Context, tx sqlx.ExecerContext, sc payments.Scope, sub payments.Subscription) error {
 	const q = `INSERT INTO subscriptions (merchant_id, livemode, id, customer_id, status, currency, anchor,
 		current_period_start, current_period_end, cancel_at_period_end, canceled_at, ended_at, trial_end,
-		pending_proration, pass_fees_to_customer, metadata, card_id, session_id, next_retry_at, created_at, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $20)`
+		pending_proration, pass_fees_to_customer, metadata, card_id, session_id, next_retry_at, created_at, updated_at,
+		processor_subscription_id, processor_synced_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $20, $21, $22)`
 	_, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, sub.ID, sub.CustomerID, sub.Status, sub.Currency, sub.Anchor,
 		sub.CurrentPeriodStart, sub.CurrentPeriodEnd, sub.CancelAtPeriodEnd, sub.CanceledAt, sub.EndedAt, sub.TrialEnd,
-		sub.PendingProration, sub.PassFees, jsonb(nonNil(sub.Metadata)), sub.CardID, sub.SessionID, sub.NextRetryAt, sub.Created)
+		sub.PendingProration, sub.PassFees, jsonb(nonNil(sub.Metadata)), sub.CardID, sub.SessionID, sub.NextRetryAt, sub.Created,
+		nullIfEmpty(sub.ProcessorID), sub.ProcessorSyncedAt)
 	if err != nil {
 		return fmt.Errorf("insert subscription: %w", err)
 	}
@@ -242,11 +248,11 @@ func (s *Store) UpdateSubscription(ctx context.Context, sc payments.Scope, id st
 func saveSubscription(ctx context.Context, tx *txn, sc payments.Scope, sub payments.Subscription) error {
 	const q = `UPDATE subscriptions SET status = $4, anchor = $5, current_period_start = $6, current_period_end = $7,
 		cancel_at_period_end = $8, canceled_at = $9, ended_at = $10, trial_end = $11, pending_proration = $12,
-		card_id = $13, next_retry_at = $14, metadata = $15, updated_at = now()
+		card_id = $13, next_retry_at = $14, metadata = $15, processor_synced_at = $16, updated_at = now()
 	WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
 	_, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, sub.ID, sub.Status, sub.Anchor, sub.CurrentPeriodStart,
 		sub.CurrentPeriodEnd, sub.CancelAtPeriodEnd, sub.CanceledAt, sub.EndedAt, sub.TrialEnd, sub.PendingProration,
-		sub.CardID, sub.NextRetryAt, jsonb(nonNil(sub.Metadata)))
+		sub.CardID, sub.NextRetryAt, jsonb(nonNil(sub.Metadata)), sub.ProcessorSyncedAt)
 	if err != nil {
 		return fmt.Errorf("update subscription: %w", err)
 	}
@@ -351,4 +357,47 @@ func insertCharge(ctx context.Context, tx sqlx.ExecerContext, sc payments.Scope,
 		return fmt.Errorf("insert subscription charge: %w", err)
 	}
 	return nil
+}
+
+// SyncProcessorSubscription locks the scope's subscription that the
+// processor knows as processorID, runs fn, and writes, in one transaction,
+// the payment fn returns (a renewal invoice Stripe collected), the
+// subscription and fn's effects. Codes: subscription_not_found (no
+// subscription of ours has that processor id yet), and fn's.
+func (s *Store) SyncProcessorSubscription(ctx context.Context, sc payments.Scope, processorID string,
+	fn func(payments.Plan, *payments.Subscription) (*payments.PaymentIntent, payments.Effects, error)) (payments.Subscription, error) {
+	var sub payments.Subscription
+	err := s.inTx(ctx, func(tx *txn) error {
+		query := `SELECT ` + subscriptionCols + ` FROM subscriptions s
+		WHERE s.merchant_id = $1 AND s.livemode = $2 AND s.processor_subscription_id = $3 FOR UPDATE OF s`
+		var r subscriptionRow
+		err := tx.GetContext(ctx, &r, query, sc.MerchantID, sc.Live, processorID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return payments.NotFound(payments.SubscriptionNotFound, processorID)
+		}
+		if err != nil {
+			return fmt.Errorf("select subscription by processor id: %w", err)
+		}
+		if sub, err = r.subscription(); err != nil {
+			return err
+		}
+		var plan string
+		if err := tx.GetContext(ctx, &plan, `SELECT plan FROM merchants WHERE id = $1`, sc.MerchantID); err != nil {
+			return fmt.Errorf("select plan: %w", err)
+		}
+		pi, eff, err := fn(payments.Plan(plan), &sub)
+		if err != nil {
+			return err
+		}
+		if pi != nil {
+			if err := insertIntent(ctx, tx, sc, *pi); err != nil {
+				return err
+			}
+		}
+		if err := saveSubscription(ctx, tx, sc, sub); err != nil {
+			return err
+		}
+		return applyEffects(ctx, tx, sc, eff)
+	})
+	return sub, err
 }

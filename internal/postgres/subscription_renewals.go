@@ -109,17 +109,17 @@ func (s *Store) RenewDue(ctx context.Context, now time.Time, limit int, only *pa
 		WHERE ch.subscription_id = s.id AND ch.period_start = s.current_period_end)`
 	const due = `SELECT s.merchant_id, ` + subscriptionCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
 		WHERE c.merchant_id = s.merchant_id AND c.livemode = s.livemode), 0) AS offset_us
-	FROM subscriptions s WHERE s.status IN ('active', 'trialing') AND s.due_at <= $1` + noCharge + `
+	FROM subscriptions s WHERE s.status IN ('active', 'trialing') AND s.processor_subscription_id IS NULL AND s.due_at <= $1` + noCharge + `
 	ORDER BY s.due_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED`
 	const dueOnMovedClock = `SELECT d.*, c.offset_us FROM sandbox_clocks c CROSS JOIN LATERAL (
 		SELECT s.merchant_id, ` + subscriptionCols + ` FROM subscriptions s
-		WHERE s.merchant_id = c.merchant_id AND s.livemode = c.livemode AND s.status IN ('active', 'trialing')
+		WHERE s.merchant_id = c.merchant_id AND s.livemode = c.livemode AND s.status IN ('active', 'trialing') AND s.processor_subscription_id IS NULL
 			AND s.due_at > $1::timestamptz AND s.due_at <= $1::timestamptz + c.offset_us * interval '1 microsecond'` + noCharge + `
 		ORDER BY s.due_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED) d
 	WHERE c.offset_us > 0 LIMIT $2`
 	const dueInScope = `SELECT s.merchant_id, ` + subscriptionCols + `, o.offset_us FROM subscriptions s,
 		(SELECT coalesce((SELECT c.offset_us FROM sandbox_clocks c WHERE c.merchant_id = $3 AND c.livemode = $4), 0) AS offset_us) o
-	WHERE s.merchant_id = $3 AND s.livemode = $4 AND s.status IN ('active', 'trialing')
+	WHERE s.merchant_id = $3 AND s.livemode = $4 AND s.status IN ('active', 'trialing') AND s.processor_subscription_id IS NULL
 		AND s.due_at <= $1::timestamptz + o.offset_us * interval '1 microsecond'` + noCharge + `
 	ORDER BY s.due_at LIMIT $2 FOR UPDATE OF s`
 	n := 0

@@ -88,8 +88,14 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
 		}
 		ours := s.ClientReferenceID
-		if !strings.HasPrefix(ours, "cs_") || s.Mode != stripego.CheckoutSessionModePayment {
+		if !strings.HasPrefix(ours, "cs_") {
 			return sc, out, false, nil // not a session this service created
+		}
+		if s.Mode == stripego.CheckoutSessionModeSubscription {
+			return p.subscriptionCheckout(sc, out, string(ev.Type), s)
+		}
+		if s.Mode != stripego.CheckoutSessionModePayment {
+			return sc, out, false, nil
 		}
 		out.Type, out.Data.SessionID = payments.ProcessorCheckoutCompleted, ours
 		switch {
@@ -100,6 +106,9 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 		}
 		if d := s.CustomerDetails; d != nil {
 			out.Data.Email, out.Data.Name = d.Email, d.Name
+		}
+		if s.PaymentIntent != nil {
+			out.Data.CardLast4 = paymentLast4(s.PaymentIntent)
 		}
 		if s.PaymentIntent != nil && s.PaymentIntent.ID != "" {
 			// Refunds and disputes of this payment name Stripe's id.
@@ -117,6 +126,7 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 			return sc, out, false, nil // a Checkout payment (its session's events tell) or not ours
 		}
 		out.Type, out.PaymentIntentID = payments.ProcessorChargeSucceeded, ours
+		out.Data.CardLast4 = paymentLast4(&pi)
 		if ev.Type == "payment_intent.payment_failed" {
 			out.Type, out.Data.DeclineCode = payments.ProcessorChargeFailed, "card_declined"
 			if e := pi.LastPaymentError; e != nil {
@@ -167,6 +177,38 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 		if ev.Type == "charge.dispute.closed" {
 			out.Type, out.Data.Status = payments.ProcessorDisputeClosed, string(d.Status)
 		}
+	case "customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted":
+		var sub stripego.Subscription
+		if err := json.Unmarshal(raw, &sub); err != nil {
+			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		}
+		if !strings.HasPrefix(sub.Metadata[metaSession], "cs_") || sub.ID == "" {
+			return sc, out, false, nil // not a subscription this service's checkout created
+		}
+		out.Type, out.Data.Subscription = payments.ProcessorSubscriptionUpdated, subscriptionState(&sub)
+		if ev.Type == "customer.subscription.deleted" {
+			out.Type = payments.ProcessorSubscriptionDeleted
+		}
+	case "invoice.paid", "invoice.payment_failed":
+		var inv stripego.Invoice
+		if err := json.Unmarshal(raw, &inv); err != nil {
+			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		}
+		ok, err := p.ourInvoice(ctx, acct, &inv)
+		if err != nil || !ok {
+			return sc, out, false, err
+		}
+		out.Type, out.Data.Invoice = payments.ProcessorInvoicePaid, invoiceState(&inv)
+		if ev.Type == "invoice.payment_failed" {
+			out.Type = payments.ProcessorInvoiceFailed
+		} else if inv.PaymentIntent != nil && inv.PaymentIntent.ID != "" && inv.AmountPaid > 0 {
+			// The payment recorded for it gets our id now, mapped to
+			// Stripe's payment intent, so that a refund of it finds it.
+			out.Data.Invoice.PaymentIntentID = payments.NewID("pi_")
+			if err := p.remember(ctx, acct, out.Data.Invoice.PaymentIntentID, inv.PaymentIntent.ID); err != nil {
+				return sc, out, false, err
+			}
+		}
 	default:
 		return sc, out, false, nil
 	}
@@ -194,4 +236,111 @@ func firstOf(vs ...string) string {
 		}
 	}
 	return ""
+}
+
+// subscriptionCheckout translates the completion of a Checkout session in
+// subscription mode: our session completed, naming Stripe's subscription
+// (which keeps the card: no saved card here). A session not yet paid
+// (a delayed method) waits for async_payment_succeeded.
+func (p *Processor) subscriptionCheckout(sc payments.Scope, out payments.ProcessorEvent, typ string, s stripego.CheckoutSession) (payments.Scope, payments.ProcessorEvent, bool, error) {
+	if s.Subscription == nil || s.Subscription.ID == "" {
+		return sc, out, false, nil
+	}
+	out.Type, out.Data.SessionID = payments.ProcessorCheckoutCompleted, s.ClientReferenceID
+	switch {
+	case typ == "checkout.session.async_payment_failed":
+		out.Type, out.Data.DeclineCode = payments.ProcessorCheckoutFailed, "async_payment_failed"
+	case s.PaymentStatus == stripego.CheckoutSessionPaymentStatusUnpaid:
+		return sc, out, false, nil
+	}
+	if d := s.CustomerDetails; d != nil {
+		out.Data.Email, out.Data.Name = d.Email, d.Name
+	}
+	out.Data.Subscription = &payments.ProcessorSubscription{ID: s.Subscription.ID}
+	out.ID = payments.NewID("pev_")
+	return sc, out, true, nil
+}
+
+// subscriptionState is a Stripe subscription's state in our terms.
+func subscriptionState(s *stripego.Subscription) *payments.ProcessorSubscription {
+	out := &payments.ProcessorSubscription{
+		ID: s.ID, Status: string(s.Status), CancelAtPeriodEnd: s.CancelAtPeriodEnd,
+		Anchor: unixTime(s.BillingCycleAnchor), CurrentPeriodStart: unixTime(s.CurrentPeriodStart),
+		CurrentPeriodEnd: unixTime(s.CurrentPeriodEnd), CanceledAt: unixTime(s.CanceledAt), EndedAt: unixTime(s.EndedAt),
+		TrialEnd: unixTime(s.TrialEnd),
+	}
+	if s.Items != nil && len(s.Items.Data) == 1 {
+		out.Quantity = int(s.Items.Data[0].Quantity)
+	}
+	return out
+}
+
+// invoiceState is a Stripe invoice of a subscription in our terms: the
+// period it bills is its subscription line's (the invoice's own
+// period_start/end are the period before, for a renewal).
+func invoiceState(inv *stripego.Invoice) *payments.ProcessorInvoice {
+	out := &payments.ProcessorInvoice{
+		ID: inv.ID, SubscriptionID: inv.Subscription.ID, BillingReason: string(inv.BillingReason), AmountPaid: inv.AmountPaid,
+		Currency: strings.ToLower(string(inv.Currency)), NextAttempt: unixTime(inv.NextPaymentAttempt),
+		CardLast4: chargeLast4(inv.Charge),
+	}
+	if inv.Lines != nil {
+		for _, l := range inv.Lines.Data {
+			if l.Type != stripego.InvoiceLineItemTypeSubscription || l.Period == nil || l.Period.End <= l.Period.Start {
+				continue
+			}
+			if out.PeriodEnd == nil || l.Period.End > out.PeriodEnd.Unix() {
+				out.PeriodStart, out.PeriodEnd = unixTime(l.Period.Start), unixTime(l.Period.End)
+			}
+		}
+	}
+	return out
+}
+
+// ourInvoice reports whether an invoice is of a subscription this
+// service's checkout created: its subscription's metadata names our
+// session (invoices since mid-2023 carry it), or, for an older invoice, a
+// subscription of ours has its id.
+func (p *Processor) ourInvoice(ctx context.Context, acct processor.Account, inv *stripego.Invoice) (bool, error) {
+	if inv.Subscription == nil || inv.Subscription.ID == "" {
+		return false, nil
+	}
+	if d := inv.SubscriptionDetails; d != nil && d.Metadata != nil {
+		return strings.HasPrefix(d.Metadata[metaSession], "cs_"), nil
+	}
+	var n int
+	const q = `SELECT count(*) FROM subscriptions WHERE merchant_id = $1 AND livemode = $2 AND processor_subscription_id = $3`
+	if err := p.db.GetContext(ctx, &n, q, acct.MerchantID, acct.Live, inv.Subscription.ID); err != nil {
+		return false, fmt.Errorf("find our subscription of %s: %w", inv.Subscription.ID, err)
+	}
+	return n > 0, nil
+}
+
+// paymentLast4 is the card's last four digits of a payment intent, when
+// the event carries them: its latest charge or its payment method
+// expanded. Stripe's payment_intent events name both by id only; their
+// card is then not known here.
+func paymentLast4(pi *stripego.PaymentIntent) string {
+	if l := chargeLast4(pi.LatestCharge); l != "" {
+		return l
+	}
+	if pm := pi.PaymentMethod; pm != nil && pm.Card != nil {
+		return pm.Card.Last4
+	}
+	return ""
+}
+
+func chargeLast4(ch *stripego.Charge) string {
+	if ch == nil || ch.PaymentMethodDetails == nil || ch.PaymentMethodDetails.Card == nil {
+		return ""
+	}
+	return ch.PaymentMethodDetails.Card.Last4
+}
+
+func unixTime(sec int64) *time.Time {
+	if sec <= 0 {
+		return nil
+	}
+	t := time.Unix(sec, 0).UTC()
+	return &t
 }

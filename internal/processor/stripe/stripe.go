@@ -5,10 +5,9 @@
 // stripe-go type leaves it. Outcomes (a checkout paid, a card declined, a
 // refund settled, a dispute) come back as Stripe webhooks (inbound.go).
 //
-// Subscriptions (products and prices, Checkout in subscription mode,
-// cancel, resume, quantity, the billing portal) are not mirrored to Stripe
-// yet: they are to be added here as methods beside these, on the same
-// client, account lookup, idempotency keys and error mapping.
+// Subscriptions are Stripe Billing's (subscriptions.go, processor.Billing):
+// the service routes their checkout, cancel, resume, quantity and portal
+// there, and Stripe bills renewals, prorations and dunning itself.
 package stripe
 
 import (
@@ -155,10 +154,11 @@ const (
 func (p *Processor) CreateCheckoutSession(ctx context.Context, acct processor.Account, cs processor.CheckoutSession) (processor.HostedCheckout, error) {
 	const op = "checkout_session"
 	if cs.Subscription {
-		// Checkout in subscription mode needs Stripe products and prices
-		// mirrored first: not built yet (README, "Running on Stripe").
-		return processor.HostedCheckout{}, &processor.Error{Op: op, Code: "subscriptions_not_supported",
-			Err: errors.New("subscriptions are not available with PROCESSOR=stripe yet")}
+		// The service sends a subscription's checkout through
+		// CreateSubscriptionCheckout (processor.Billing), on a mirrored
+		// price: a one-off line cannot start a Stripe subscription.
+		return processor.HostedCheckout{}, &processor.Error{Op: op, Code: "use_billing",
+			Err: errors.New("a subscription's checkout goes through CreateSubscriptionCheckout with PROCESSOR=stripe")}
 	}
 	c, err := p.begin(ctx, op, acct)
 	if err != nil {
@@ -345,12 +345,13 @@ func (p *Processor) Account(ctx context.Context, acct processor.Account) (proces
 	return out, nil
 }
 
-// ChargeCard would charge a saved card off-session (a renewal): Stripe-side
-// subscriptions are not built yet, so it is refused, permanently, and the
-// renewal is recorded declined rather than retried.
+// ChargeCard is not used with PROCESSOR=stripe: Stripe Billing charges a
+// subscription's renewals, prorations and retries itself, and the
+// renewal sweep skips the subscriptions it bills. A call is refused,
+// permanently.
 func (p *Processor) ChargeCard(ctx context.Context, acct processor.Account, c processor.CardCharge) (processor.Outcome, error) {
-	return processor.Outcome{}, &processor.Error{Op: "charge_card", Code: "subscriptions_not_supported",
-		Err: errors.New("off-session charges are not available with PROCESSOR=stripe yet")}
+	return processor.Outcome{}, &processor.Error{Op: "charge_card", Code: "billed_by_stripe",
+		Err: errors.New("charges of saved cards are made by Stripe Billing itself")}
 }
 
 // SupportsInterval reports whether Stripe can bill every count units:

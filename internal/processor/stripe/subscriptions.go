@@ -10,6 +10,8 @@ package stripe
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -163,6 +165,14 @@ func (p *Processor) CreateSubscriptionCheckout(ctx context.Context, acct process
 // checkout completed; a permanent error when there is none.
 func (p *Processor) subscription(ctx context.Context, op string, acct processor.Account, ours string) (string, error) {
 	id, err := p.stripeID(ctx, acct, ours)
+	if err == nil && id == "" {
+		// Recorded on the subscription when its checkout's completion was
+		// applied (payments.Subscription.ProcessorID).
+		const q = `SELECT coalesce(processor_subscription_id, '') FROM subscriptions WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
+		if err = p.db.GetContext(ctx, &id, q, acct.MerchantID, acct.Live, ours); errors.Is(err, sql.ErrNoRows) {
+			err = nil
+		}
+	}
 	if err != nil {
 		return "", &processor.Error{Op: op, Retryable: true, Code: "database_unavailable", Err: err}
 	}
