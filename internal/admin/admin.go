@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -136,14 +138,67 @@ func Handler(o Options) http.Handler {
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{prometheus.DefaultGatherer, deps}, promhttp.HandlerOpts{}))
 	// Profiles name no secrets but can be costly: guarded like the dashboard.
+	// /debug/pprof/ serves the named profiles too (heap, allocs, block,
+	// mutex, goroutine, threadcreate): block and mutex stay empty until
+	// their rates are set through /debug/pprof/rates.
 	mux.Handle("/debug/pprof/", guard(o, http.HandlerFunc(pprof.Index)))
 	mux.Handle("/debug/pprof/profile", guard(o, http.HandlerFunc(pprof.Profile)))
+	mux.Handle("/debug/pprof/trace", guard(o, http.HandlerFunc(pprof.Trace)))
+	mux.Handle("/debug/pprof/symbol", guard(o, http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("/debug/pprof/rates", guard(o, http.HandlerFunc(profileRates)))
 	if o.Redis != nil {
 		mon := asynqmon.New(asynqmon.Options{RootPath: "/queues", RedisConnOpt: o.Redis})
 		mux.Handle("/queues/", guard(o, mon))
 		mux.Handle("/queues", guard(o, mon))
 	}
 	return mux
+}
+
+// The block and mutex profiles' sampling, off by default (each costs a
+// little on every blocking event or contended lock): set for the time of a
+// profile and set back to 0 after.
+var (
+	ratesMu       sync.Mutex
+	blockRate     int // runtime.SetBlockProfileRate: one sample per this many ns blocked; 0 off
+	mutexFraction int // runtime.SetMutexProfileFraction: one in this many contentions; 0 off
+)
+
+// profileRates is /debug/pprof/rates: GET reports {"block":ns,"mutex":n};
+// POST with block and/or mutex (query or form, integers >= 0) sets them,
+// e.g. curl -X POST 'ADMIN/debug/pprof/rates?block=10000&mutex=10'.
+func profileRates(w http.ResponseWriter, r *http.Request) {
+	ratesMu.Lock()
+	defer ratesMu.Unlock()
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPost:
+		var block, mutex *int
+		for name, dst := range map[string]**int{"block": &block, "mutex": &mutex} {
+			v := r.FormValue(name)
+			if v == "" {
+				continue
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				http.Error(w, name+" must be an integer >= 0", http.StatusBadRequest)
+				return
+			}
+			*dst = &n
+		}
+		if block != nil {
+			blockRate = *block
+			runtime.SetBlockProfileRate(blockRate)
+		}
+		if mutex != nil {
+			mutexFraction = *mutex
+			runtime.SetMutexProfileFraction(mutexFraction)
+		}
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"block": blockRate, "mutex": mutexFraction})
 }
 
 // guard protects the dashboard, which can delete and retry tasks: with basic

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -491,5 +492,52 @@ func TestQueueDepthMetrics(t *testing.T) {
 	}
 	if strings.Contains(body, "paysvc_queue_tasks{") {
 		t.Errorf("GET /metrics with Redis gone: got queue series, want them left out")
+	}
+}
+
+// TestProfiles: the CPU, allocation, block and mutex profiles are served to
+// loopback clients, and the block and mutex rates are set and read back
+// through /debug/pprof/rates (not parallel: the rates are the process's).
+func TestProfiles(t *testing.T) {
+	h := admin.Handler(admin.Options{})
+	for _, path := range []string{"/debug/pprof/allocs?debug=1", "/debug/pprof/heap?debug=1", "/debug/pprof/block?debug=1",
+		"/debug/pprof/mutex?debug=1", "/debug/pprof/goroutine?debug=1", "/debug/pprof/profile?seconds=1"} {
+		if w := serve(h, path, "127.0.0.1:5000"); w.Code != http.StatusOK || w.Body.Len() == 0 {
+			t.Errorf("GET %s: got %d with %d bytes, want 200 with a profile", path, w.Code, w.Body.Len())
+		}
+		if w := serve(h, path, "203.0.113.9:5000"); w.Code != http.StatusForbidden {
+			t.Errorf("GET %s from another host: got %d, want 403", path, w.Code)
+		}
+	}
+	rates := func(method, query string) (int, map[string]int) {
+		req := httptest.NewRequest(method, "/debug/pprof/rates"+query, nil)
+		req.RemoteAddr = "127.0.0.1:5000"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		var got map[string]int
+		if w.Code == http.StatusOK {
+			if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+				t.Fatalf("%s /debug/pprof/rates%s: %v (%s)", method, query, err, w.Body)
+			}
+		}
+		return w.Code, got
+	}
+	t.Cleanup(func() { rates(http.MethodPost, "?block=0&mutex=0") })
+	if code, got := rates(http.MethodPost, "?block=10000&mutex=5"); code != 200 || got["block"] != 10000 || got["mutex"] != 5 {
+		t.Errorf("POST rates: got %d %v, want 200 block 10000 mutex 5", code, got)
+	}
+	if got := runtime.SetMutexProfileFraction(-1); got != 5 {
+		t.Errorf("mutex profile fraction: got %d, want 5", got)
+	}
+	if code, got := rates(http.MethodPost, "?mutex=0"); code != 200 || got["block"] != 10000 || got["mutex"] != 0 {
+		t.Errorf("POST rates mutex=0: got %d %v, want 200 block 10000 (unchanged) mutex 0", code, got)
+	}
+	if code, got := rates(http.MethodGet, ""); code != 200 || got["block"] != 10000 || got["mutex"] != 0 {
+		t.Errorf("GET rates: got %d %v, want 200 block 10000 mutex 0", code, got)
+	}
+	for _, q := range []string{"?block=-1", "?mutex=x"} {
+		if code, _ := rates(http.MethodPost, q); code != http.StatusBadRequest {
+			t.Errorf("POST rates%s: got %d, want 400", q, code)
+		}
 	}
 }

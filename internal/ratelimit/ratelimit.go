@@ -19,9 +19,10 @@ type Limiter struct {
 
 // New returns a limiter of perHour requests per key. The burst equals the
 // hourly budget: a key may spend its hour at once, then refills steadily.
+// Concurrent requests' checks share their round trips to Redis (batcher).
 func New(rdb redis.UniversalClient, perHour int) *Limiter {
 	return &Limiter{
-		l:     redis_rate.NewLimiter(rdb),
+		l:     redis_rate.NewLimiter(&batcher{UniversalClient: rdb}),
 		limit: redis_rate.Limit{Rate: perHour, Burst: perHour, Period: time.Hour},
 	}
 }
