@@ -35,8 +35,11 @@
 #   BENCH_MERCHANT_ROWS products (1000)
 #   BENCH_IDLE_CONNS idle keep-alive connections held open during a 1,000 req/s run (10000;
 #                    the script raises ulimit -n to fit them)
+#   BENCH_STRIPE_RATE      stripe: open-model rate of POST /v1/payment-intents on stripe-mock and of
+#                          stripe-mock alone, req/s (200)
+#   BENCH_STRIPE_EVENTS    stripe: signed Stripe events posted to /stripe/webhook (20000)
 #   BENCH_ONLY       run only these groups (space-separated: main webhooks refunds subscriptions
-#                    events renewals dashboard scaleout scale merchants idle); README.md is then left alone
+#                    events renewals dashboard scaleout scale merchants idle stripe); README.md is then left alone
 #   BENCH_POOLER_SIZE      scaleout: PgBouncer's server connections for the pooled rows (20)
 #   BENCH_MODE       empty: the scenarios below, each after a CHECKPOINT; backtoback: the
 #                    phases of the independent harness of issue 17 back to back with no pause
@@ -92,6 +95,8 @@ BENCH_SCALE_ROWS=${BENCH_SCALE_ROWS:-1000000}
 BENCH_MERCHANTS=${BENCH_MERCHANTS:-100}
 BENCH_MERCHANT_ROWS=${BENCH_MERCHANT_ROWS:-1000}
 BENCH_IDLE_CONNS=${BENCH_IDLE_CONNS:-10000}
+BENCH_STRIPE_RATE=${BENCH_STRIPE_RATE:-200}
+BENCH_STRIPE_EVENTS=${BENCH_STRIPE_EVENTS:-20000}
 BENCH_ONLY=${BENCH_ONLY:-}
 
 export DATABASE_URL="$BENCH_PG/$BENCH_DB?sslmode=disable"
@@ -118,6 +123,8 @@ log() { printf '\n== %s\n' "$*" >&2; }
 die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 
 cleanup() {
+	[[ -n ${STRIPE_API_PID:-} ]] && kill -TERM "$STRIPE_API_PID" 2>/dev/null || true
+	[[ -n ${MOCK_PID:-} ]] && kill "$MOCK_PID" 2>/dev/null || true
 	[[ -n $SAMPLER_PID ]] && kill "$SAMPLER_PID" 2>/dev/null || true
 	((${#SENTINEL_PIDS[@]})) && kill "${SENTINEL_PIDS[@]}" 2>/dev/null || true
 	[[ -n $POOLER_DIR ]] && PGBOUNCER_DIR=$POOLER_DIR bash deploy/local/pgbouncer.sh stop 2>/dev/null || true
@@ -592,6 +599,87 @@ renewals() {
 	((done_n >= BENCH_RENEWALS)) || echo "bench: only $done_n of $BENCH_RENEWALS renewals succeeded within ${limit}s" >&2
 }
 
+# stripe: PROCESSOR=stripe against stripe-mock (issue 14). stripe-mock
+# answers canned objects after validating each request against Stripe's
+# OpenAPI, so what is measured is the platform's own cost around a Stripe
+# call: POST /v1/payment-intents through a second bin/api whose processor is
+# Stripe at STRIPE_API_BASE=stripe-mock (validation, the connected account
+# and plan lookup, the call, the id map and the payment row), against
+# stripe-mock alone taking the same PaymentIntent creation (loadgen straight
+# at it, form-encoded as stripe-go sends it), both closed and at
+# BENCH_STRIPE_RATE req/s; the difference of the p50s and p99s is the
+# overhead. Then inbound Stripe events accepted per second: BENCH_STRIPE_EVENTS
+# distinct events signed with STRIPE_WEBHOOK_SECRET posted to /stripe/webhook
+# (verify, translate, store once with its job, 200) by bin/stripeevents.
+stripe_bench() {
+	local mock port https api_port admin_port mid key saved_api=$API saved_admin=$ADMIN
+	mock=$(command -v stripe-mock || true)
+	[[ -n $mock ]] || mock="$(go env GOPATH)/bin/stripe-mock"
+	[[ -x $mock ]] || die "stripe-mock is required for the stripe group (go install github.com/stripe/stripe-mock@v0.183.0)"
+	go build -o bin/stripeevents ./internal/tools/stripeevents
+	port=$(free_port) https=$(free_port) api_port=$(free_port) admin_port=$(free_port)
+	"$mock" -http-addr "127.0.0.1:$port" -https-addr "127.0.0.1:$https" -strict-version-check >"$OUT/stripe-mock.log" 2>&1 &
+	MOCK_PID=$!
+	for _ in $(seq 100); do
+		curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+		sleep 0.1
+	done
+	mid=$(bin/api merchant create --name 'Bench Stripe' | jq -er .id)
+	bin/api merchant stripe-account --merchant "$mid" --mode test --account acct_bench >/dev/null
+	key=$(bin/api key create --merchant "$mid" --mode test | jq -er .key)
+
+	log "stripe: bin/api serve with PROCESSOR=stripe on 127.0.0.1:$api_port, stripe-mock on $port"
+	PROCESSOR=stripe STRIPE_SECRET_KEY=sk_test_bench STRIPE_PUBLISHABLE_KEY=pk_test_bench \
+		STRIPE_API_BASE="http://127.0.0.1:$port" STRIPE_WEBHOOK_SECRET=whsec_bench \
+		RATE_LIMIT_PER_HOUR=1000000000 API_ADDR="127.0.0.1:$api_port" API_ADMIN_ADDR="127.0.0.1:$admin_port" GIN_MODE=release \
+		bin/api serve >"$OUT/api-stripe.log" 2>&1 &
+	STRIPE_API_PID=$!
+	for _ in $(seq 300); do
+		[[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$admin_port/readyz" || true) == 200 ]] && break
+		kill -0 "$STRIPE_API_PID" 2>/dev/null || { tail -n 30 "$OUT/api-stripe.log" >&2; die "bin/api serve (PROCESSOR=stripe) exited"; }
+		sleep 0.2
+	done
+
+	local mock_args=(-name "stripe-mock alone: POST /v1/payment_intents" -method POST -url "http://127.0.0.1:$port/v1/payment_intents"
+		-H "Authorization: Bearer sk_test_bench" -H "Stripe-Account: acct_bench" -H "Idempotency-Key: bench-{run}-{n}"
+		-H "Content-Type: application/x-www-form-urlencoded" -body "amount=2500&currency=usd&metadata[paysvc_payment_intent]=pi_{run}{n}"
+		-warmup "${WARM}s" -duration "${SECS}s" -json)
+	log "stripe: stripe-mock alone"
+	quiesce
+	measure closed "" "${mock_args[@]}" -conns "$BENCH_CONNS"
+	quiesce
+	measure open "" "${mock_args[@]}" -conns "$BENCH_OPEN_CONNS" -rate "$BENCH_STRIPE_RATE"
+
+	local intent='{"amount":2500,"currency":"usd","metadata":{"order":"{n}"}}'
+	API="http://127.0.0.1:$api_port" ADMIN="http://127.0.0.1:$admin_port"
+	SCENARIO_KEY=$key smoke POST /v1/payment-intents "$intent"
+	SCENARIO_KEY=$key SCENARIO_RATE=$BENCH_STRIPE_RATE scenario "POST /v1/payment-intents (PROCESSOR=stripe, stripe-mock)" \
+		POST /v1/payment-intents "$intent" insert
+
+	log "stripe: $BENCH_STRIPE_EVENTS inbound events, $BENCH_CONNS connections"
+	bin/stripeevents -url "$API/stripe/webhook" -secret whsec_bench -account acct_bench \
+		-events "$BENCH_STRIPE_EVENTS" -conns "$BENCH_CONNS" >"$OUT/stripe-events.json" ||
+		die "bin/stripeevents failed"
+	API=$saved_api ADMIN=$saved_admin
+
+	kill -TERM "$STRIPE_API_PID" 2>/dev/null || true
+	wait "$STRIPE_API_PID" 2>/dev/null || true
+	kill "$MOCK_PID" 2>/dev/null || true
+	wait "$MOCK_PID" 2>/dev/null || true
+	STRIPE_API_PID="" MOCK_PID=""
+	jq -s '
+	  (map(select(.scenario | startswith("stripe-mock alone")) | select(.kind == "open")) | first) as $m
+	  | (map(select(.scenario | startswith("POST /v1/payment-intents (PROCESSOR=stripe")) | select(.kind == "open")) | first) as $a
+	  | {rate: $a.rate, mock_p50_ms: $m.p50_ms, mock_p99_ms: $m.p99_ms, api_p50_ms: $a.p50_ms, api_p99_ms: $a.p99_ms,
+	     overhead_p50_ms: ($a.p50_ms - $m.p50_ms), overhead_p99_ms: ($a.p99_ms - $m.p99_ms), errors: ($a.errors + $m.errors)}' \
+		"$RESULTS" >"$OUT/stripe-intents.json"
+	jq -s '.[0] + {events: .[1]}' "$OUT/stripe-intents.json" "$OUT/stripe-events.json" | tee "$OUT/stripe.json" >&2
+}
+
+stripe_table() {
+	jq -r '"\n| PROCESSOR=stripe against stripe-mock | p50 ms | p99 ms |\n|---|---:|---:|\n| stripe-mock alone, PaymentIntent creation @ \(.rate) req/s | \(.mock_p50_ms * 100 | round / 100) | \(.mock_p99_ms * 100 | round / 100) |\n| POST /v1/payment-intents on it @ \(.rate) req/s | \(.api_p50_ms * 100 | round / 100) | \(.api_p99_ms * 100 | round / 100) |\n| the platform overhead (difference) | \(.overhead_p50_ms * 100 | round / 100) | \(.overhead_p99_ms * 100 | round / 100) |\n\n| inbound Stripe events (POST /stripe/webhook, \(.events.conns) connections) | figure |\n|---|---:|\n| accepted per second (\(.events.events) signed events) | \(.events.events_per_s | floor) |\n| p50 / p99 ms per event | \(.events.p50_ms * 100 | round / 100) / \(.events.p99_ms * 100 | round / 100) (\(.events.errors) errors) |"' "$OUT/stripe.json"
+}
+
 # stop_workers: bin/worker and bin/scheduler, when running.
 stop_workers() {
 	local p
@@ -863,6 +951,7 @@ report() {
 		if [[ -s $OUT/renewals.json ]]; then renewal_table; fi
 		idle_table
 		if [[ -s $OUT/failover.json ]]; then failover_table; fi
+		if [[ -s $OUT/stripe.json ]]; then stripe_table; fi
 	)
 
 	{
@@ -1322,7 +1411,7 @@ ORDER BY created_at DESC, id DESC LIMIT 11;"
 
 	start_api
 	local g
-	for g in ${BENCH_ONLY:-main webhooks refunds subscriptions events renewals dashboard scaleout scale merchants idle}; do
+	for g in ${BENCH_ONLY:-main webhooks refunds subscriptions events renewals dashboard scaleout scale merchants idle stripe}; do
 		case $g in
 		main) main_scenarios ;;
 		webhooks | refunds | subscriptions | events | renewals | dashboard) "$g" ;;
@@ -1330,6 +1419,7 @@ ORDER BY created_at DESC, id DESC LIMIT 11;"
 		scale) scale_lists ;;
 		merchants) many_merchants ;;
 		idle) idle_connections ;;
+		stripe) stripe_bench ;;
 		*) die "BENCH_ONLY: unknown group '$g'" ;;
 		esac
 	done
