@@ -1168,6 +1168,10 @@ WHERE merchant_id = :mid AND livemode = false AND id = (SELECT id FROM bench_ids
 	fi
 	b2b_api open "POST /v1/products" POST /v1/products "$product" insert
 	b2b_api open "GET /v1/products/{id}" GET '/v1/products/{id}' "" select
+	# Not in the harness, after it: PostgreSQL's own single-row insert at the
+	# same fixed rate, the floor under the open-model POST's tail.
+	raw_open "raw INSERT at $BENCH_RATE/s (open model)" insert-open "$insert"
+	pg_snapshot "raw INSERT open model"
 	kill "$SAMPLER_PID" 2>/dev/null || true
 	wait "$SAMPLER_PID" 2>/dev/null || true
 	SAMPLER_PID=""
@@ -1177,18 +1181,53 @@ WHERE merchant_id = :mid AND livemode = false AND id = (SELECT id FROM bench_ids
 # sampler: once a second until killed, a CSV line in $OUT/io.csv: the time,
 # the kernel's dirty and under-writeback page cache (kB), the disks' writes
 # completed and milliseconds spent writing (/proc/diskstats, whole disks),
-# and PostgreSQL's WAL writes and syncs with their time (pg_stat_wal;
-# track_wal_io_timing is on for the bench database in this mode).
+# PostgreSQL's WAL writes and syncs with their time (pg_stat_wal;
+# track_wal_io_timing is on for the bench database in this mode), and what
+# the bench database's active backends wait on at that instant
+# (pg_stat_activity: e.g. LWLock:WALWrite=12 IO:WALSync=1 CPU=3).
 sampler() {
-	echo "unix_s,dirty_kb,writeback_kb,disk_writes,disk_write_ms,wal_write,wal_sync,wal_write_ms,wal_sync_ms" >"$OUT/io.csv"
+	echo "unix_s,dirty_kb,writeback_kb,disk_writes,disk_write_ms,wal_write,wal_sync,wal_write_ms,wal_sync_ms,waits" >"$OUT/io.csv"
 	while :; do
 		printf '%s,%s,%s,%s\n' "$(date +%s)" \
 			"$(awk '/^Dirty:/ { d = $2 } /^Writeback:/ { w = $2 } END { printf "%d,%d", d, w }' /proc/meminfo)" \
 			"$(awk '$3 ~ /^(vd|sd|xvd)[a-z]+$|^nvme[0-9]+n[0-9]+$/ { n += $8; ms += $11 } END { printf "%d,%d", n, ms }' /proc/diskstats)" \
-			"$(pg -F, -c 'SELECT wal_write, wal_sync, round(wal_write_time), round(wal_sync_time) FROM pg_stat_wal' 2>/dev/null)" \
+			"$(pg -F, 2>/dev/null <<-'SQL'
+				SELECT wal_write, wal_sync, round(wal_write_time), round(wal_sync_time),
+				       (SELECT coalesce(string_agg(w || '=' || n, ' ' ORDER BY n DESC), '')
+				        FROM (SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') AS w, count(*) AS n
+				              FROM pg_stat_activity
+				              WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()
+				              GROUP BY 1) s)
+				FROM pg_stat_wal
+			SQL
+			)" \
 			>>"$OUT/io.csv"
 		sleep 1
 	done
+}
+
+# raw_open NAME REF SCRIPT: pgbench at BENCH_RATE transactions/s on
+# BENCH_OPEN_CONNS clients (-R: latency from each transaction's scheduled
+# start, as loadgen's open model), p50/p99/max from its per-transaction log.
+raw_open() {
+	local name=$1 ref=$2 file="$OUT/pgbench-open-$2.sql" jobs
+	printf '%s\n' "$3" >"$file"
+	jobs=$(nproc)
+	log "raw: $name"
+	(cd "$OUT" && pgbench -n -M prepared -c "$BENCH_OPEN_CONNS" -j "$jobs" -R "$BENCH_RATE" -T "$SECS" -D mid="$MERCHANT" \
+		-l --log-prefix=rawopen -f "$file" "$DATABASE_URL" >"$OUT/pgbench-open-$ref.log" 2>&1) ||
+		{ cat "$OUT/pgbench-open-$ref.log" >&2; die "pgbench $ref (open model) failed"; }
+	# Log lines: client tx latency_us script epoch_s epoch_us lag_us.
+	cat "$OUT"/rawopen.* | awk '{ print ($3 + $7) / 1000 }' | sort -n | awk '
+		{ v[NR] = $1; sum += $1 }
+		END {
+			i50 = int(NR * 0.50); if (i50 < 1) i50 = 1
+			i99 = int(NR * 0.99 + 0.999); if (i99 > NR) i99 = NR
+			printf "{\"count\":%d,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f,\"mean_ms\":%.3f}\n", NR, v[i50], v[i99], v[NR], sum / NR
+		}' | jq -c --arg s "$name" --arg ref "$ref" --argjson rate "$BENCH_RATE" --argjson c "$BENCH_OPEN_CONNS" --argjson secs "$SECS" \
+		'. + {scenario:$s, kind:"raw", model:"pgbench open", ref:$ref, rate:$rate, conns:$c, rps:(.count / $secs), errors:0}' |
+		tee -a "$RESULTS" >&2
+	rm -f "$OUT"/rawopen.*
 }
 
 # b2b_api KIND NAME METHOD PATH BODY REF: one API phase of backtoback.
@@ -1289,7 +1328,8 @@ b2b_table() {
 	    "|---:|---|---|---:|---:|---:|---:|---:|---:|",
 	    ( to_entries[] | .key as $i | .value
 	      | "| \($i + 1) | \(.scenario) | "
-	        + (if .kind == "raw" then "pgbench \(.conns) clients"
+	        + (if .model == "pgbench open" then "pgbench open \(.rate)/s, \(.conns) clients"
+	           elif .kind == "raw" then "pgbench \(.conns) clients"
 	           elif .kind == "open" then "open \(.rate)/s, \(.conns) in flight"
 	           else "closed \(.conns) conns" end)
 	        + " | \(.rps | r2) | \(.p50_ms | r2) | \(.p99_ms | r2) | \(.max_ms | r2) | "
@@ -1319,8 +1359,8 @@ b2b_io() {
 	[[ -s $OUT/io.csv ]] || return 0
 	tl=$(jq -r 'select(.kind == "open" and .method == "POST") | .timeline' "$RESULTS" | head -n 1)
 	[[ -s $tl ]] || return 0
-	printf '| open POST second | requests | over 10 ms | max ms | dirty / writeback MB | disk writes | ms per disk write | WAL syncs | ms per WAL sync |\n'
-	printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+	printf '| open POST second | requests | over 10 ms | max ms | dirty / writeback MB | disk writes | ms per disk write | WAL syncs | ms per WAL sync | backends waiting on (one sample) |\n'
+	printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n'
 	# The sampler may miss seconds on a busy machine: each second uses the
 	# nearest samples around it.
 	awk -F, '
@@ -1332,8 +1372,8 @@ b2b_io() {
 			if (!lo || !hi) next
 			split(io[lo], a, ","); split(io[hi], b, ",")
 			dw = b[4] - a[4]; ds = b[7] - a[7]
-			printf "| %d | %d | %d | %.1f | %.0f / %.0f | %d | %s | %d | %s |\n", FNR - 2, $2, $3, $4, b[2] / 1024, b[3] / 1024,
-				dw, (dw > 0 ? sprintf("%.2f", (b[5] - a[5]) / dw) : "—"), ds, (ds > 0 ? sprintf("%.2f", (b[9] - a[9]) / ds) : "—")
+			printf "| %d | %d | %d | %.1f | %.0f / %.0f | %d | %s | %d | %s | %s |\n", FNR - 2, $2, $3, $4, b[2] / 1024, b[3] / 1024,
+				dw, (dw > 0 ? sprintf("%.2f", (b[5] - a[5]) / dw) : "—"), ds, (ds > 0 ? sprintf("%.2f", (b[9] - a[9]) / ds) : "—"), b[10]
 		}' "$OUT/io.csv" "$tl"
 	printf '\n'
 }
