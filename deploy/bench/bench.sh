@@ -1289,7 +1289,7 @@ b2b_report() {
 	local date block
 	date=$(date -u '+%Y-%m-%d %H:%M UTC')
 	block=$(
-		printf '<!-- backtoback:start -->\n## Back to back (`BENCH_MODE=backtoback make bench`)\n\n'
+		printf '<!-- backtoback:start -->\n## Back to back (`make bench-b2b`)\n\n'
 		printf 'Measured on %s (%s). The phases of issue 17'"'"'s harness in its order, %ss each after %ss warmup, no pause or CHECKPOINT between them; %s connections closed, open model at %s req/s with %s in flight, generator at %s; ratios against the mean of both raw rounds. %s products of the benchmarked merchant at the start.\n\n' \
 			"$date" "$(machine)" "$SECS" "$WARM" "$BENCH_CONNS" "$BENCH_RATE" "$BENCH_OPEN_CONNS" \
 			"$([[ ${LOADGEN[0]} == nice ]] && echo 'nice -n -10' || echo 'the default priority')" "$BENCH_ROWS"
