@@ -42,7 +42,11 @@ func NewClient(o Options) *http.Client {
 	tr := &http.Transport{
 		DialContext:         dialer.DialContext,
 		TLSHandshakeTimeout: 5 * time.Second,
-		MaxIdleConnsPerHost: 16,
+		// At least the worker's concurrency (50): when every running
+		// delivery goes to one busy endpoint over HTTP/1.1, connections
+		// beyond the idle limit are closed after each request and the next
+		// ones pay a new TLS handshake.
+		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		ForceAttemptHTTP2:   true,
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: o.InsecureTLS}, //nolint:gosec // WEBHOOK_TLS_INSECURE, development only

@@ -82,14 +82,39 @@ func SignStandard(key []byte, msgID string, timestamp int64, body []byte) string
 // secret), and the Standard Webhooks headers with a v1 signature for every
 // secret (the current one, then the previous one during a rotation's grace
 // period), space-separated as the specification allows. The API's
-// deliveries and `api listen` both sign through here, so they cannot differ.
+// deliveries and `api listen` both sign through here (or through Keys,
+// which is this with the keys derived once), so they cannot differ.
 func SignHeaders(h http.Header, secrets []string, eventID, eventType string, at time.Time, body []byte) {
-	ts := at.Unix()
-	sigs := make([]string, 0, len(secrets))
-	for _, s := range secrets {
-		sigs = append(sigs, SignStandard(StandardKey(s), eventID, ts, body))
+	NewKeys(secrets...).SignHeaders(h, eventID, eventType, at, body)
+}
+
+// Keys are an endpoint's secrets in force, current first, with their HMAC
+// keys derived once: the worker keeps them between deliveries instead of
+// decoding every secret for every attempt.
+type Keys struct {
+	current  []byte   // X-Service-Signature's key: the whole current secret
+	standard [][]byte // StandardKey of each secret, current first
+}
+
+// NewKeys derives the keys of secrets (current first; at least one).
+func NewKeys(secrets ...string) Keys {
+	k := Keys{current: []byte(secrets[0]), standard: make([][]byte, len(secrets))}
+	for i, s := range secrets {
+		k.standard[i] = StandardKey(s)
 	}
-	h.Set(SignatureHeader, Sign(secrets[0], body))
+	return k
+}
+
+// SignHeaders is the package's SignHeaders with these keys.
+func (k Keys) SignHeaders(h http.Header, eventID, eventType string, at time.Time, body []byte) {
+	ts := at.Unix()
+	sigs := make([]string, 0, len(k.standard))
+	for _, key := range k.standard {
+		sigs = append(sigs, SignStandard(key, eventID, ts, body))
+	}
+	mac := hmac.New(sha256.New, k.current)
+	mac.Write(body)
+	h.Set(SignatureHeader, signaturePrefix+hex.EncodeToString(mac.Sum(nil)))
 	h.Set(EventIDHeader, eventID)
 	h.Set(EventTypeHeader, eventType)
 	// Set canonicalises the names (Webhook-Id); HTTP header names are

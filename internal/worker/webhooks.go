@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -41,6 +42,8 @@ type Deliverer struct {
 	// Now is wall time, not a merchant's clock: a signature's timestamp is
 	// checked against the receiver's clock, and retries wait in real time.
 	Now func() time.Time
+
+	keys keyCache
 }
 
 // Register adds the delivery handler to mux.
@@ -72,23 +75,18 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 		}
 		return fmt.Errorf("endpoint %s is disabled: %w", del.EndpointID, asynq.SkipRetry)
 	}
-	secret, err := d.Sealer.Open(del.SecretSealed, payments.EndpointAAD(del.EndpointID))
+	keys, err := d.keys.get(del, d.Sealer, d.Now(), func(current bool) {
+		if current {
+			d.Log.ErrorContext(ctx, "webhook secret does not open: was SECRETS_KEY changed?", "endpoint", del.EndpointID)
+		} else {
+			d.Log.ErrorContext(ctx, "previous webhook secret does not open: was SECRETS_KEY changed?", "endpoint", del.EndpointID)
+		}
+	})
 	if err != nil {
-		d.Log.ErrorContext(ctx, "webhook secret does not open: was SECRETS_KEY changed?", "endpoint", del.EndpointID)
 		return fmt.Errorf("endpoint %s secret: %w", del.EndpointID, asynq.SkipRetry)
 	}
 
-	secrets := []string{string(secret)}
-	if del.PreviousSecretSealed != nil { // a rotation's grace period: both sign
-		prev, err := d.Sealer.Open(del.PreviousSecretSealed, payments.EndpointAAD(del.EndpointID))
-		if err != nil {
-			d.Log.ErrorContext(ctx, "previous webhook secret does not open: was SECRETS_KEY changed?", "endpoint", del.EndpointID)
-		} else {
-			secrets = append(secrets, string(prev))
-		}
-	}
-
-	res := d.send(ctx, del, secrets)
+	res := d.send(ctx, del, keys)
 	retry, _ := asynq.GetRetryCount(ctx)
 	maxRetry, ok := asynq.GetMaxRetry(ctx)
 	if !ok {
@@ -114,18 +112,89 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return err
 	}
-	log := d.Log.With("delivery", del.ID, "event", del.EventID, "endpoint", del.EndpointID, "merchant_id", del.MerchantID,
-		"livemode", del.Live, "attempt", retry+1)
 	if att.OK() {
-		log.DebugContext(ctx, "webhook delivered", "status", status)
+		if d.Log.Enabled(ctx, slog.LevelDebug) { // the common case builds no attributes
+			d.logFor(del, retry).DebugContext(ctx, "webhook delivered", "status", status)
+		}
 		return nil
 	}
+	log := d.logFor(del, retry)
 	log.InfoContext(ctx, "webhook delivery failed", "status", status, "error", att.Error)
 	if disabled { // RecordAttempt failed this delivery with the rest
 		log.WarnContext(ctx, "webhook endpoint disabled", "status", status)
 		return fmt.Errorf("%s; endpoint disabled: %w", att.Error, asynq.SkipRetry)
 	}
 	return &tasks.RetryIn{Delay: wait, Err: errors.New(att.Error)}
+}
+
+// logFor is the logger of one attempt at del.
+func (d *Deliverer) logFor(del payments.Delivery, retry int) *slog.Logger {
+	return d.Log.With("delivery", del.ID, "event", del.EventID, "endpoint", del.EndpointID, "merchant_id", del.MerchantID,
+		"livemode", del.Live, "attempt", retry+1)
+}
+
+// keyCacheTTL bounds how long an endpoint's opened secrets stay in memory
+// unused by a fresh check; keyCacheMax bounds how many endpoints' do.
+const (
+	keyCacheTTL = 5 * time.Minute
+	keyCacheMax = 10000
+)
+
+// keyCache keeps endpoints' opened signing secrets (webhook.Keys) so that a
+// delivery does not decrypt them and derive their keys again. An entry is
+// used only while the sealed secrets it was opened from are exactly those
+// the delivery's row carries: a rotation seals a new secret and the end of
+// its grace drops the previous one from the row (DeliveryForSend), so
+// either opens the secrets again at once; the TTL only bounds how long
+// plaintext secrets stay in memory. The zero value is ready.
+type keyCache struct {
+	mu sync.Mutex
+	m  map[string]cachedKeys // endpoint id →
+}
+
+type cachedKeys struct {
+	sealed, previous string // the sealed secrets the keys were opened from
+	keys             webhook.Keys
+	opened           time.Time
+}
+
+// get returns del's endpoint's keys: the current secret, then the previous
+// one during a rotation's grace. A current secret that does not open is an
+// error; a previous one that does not open is left out (the current one
+// still signs), and failed is told which it was. Nothing is cached then.
+func (c *keyCache) get(del payments.Delivery, sealer payments.Sealer, now time.Time, failed func(current bool)) (webhook.Keys, error) {
+	c.mu.Lock()
+	e, ok := c.m[del.EndpointID]
+	c.mu.Unlock()
+	if ok && e.sealed == string(del.SecretSealed) && e.previous == string(del.PreviousSecretSealed) && now.Sub(e.opened) < keyCacheTTL {
+		return e.keys, nil
+	}
+	aad := payments.EndpointAAD(del.EndpointID)
+	secret, err := sealer.Open(del.SecretSealed, aad)
+	if err != nil {
+		failed(true)
+		return webhook.Keys{}, err
+	}
+	secrets := []string{string(secret)}
+	cache := true
+	if del.PreviousSecretSealed != nil { // a rotation's grace period: both sign
+		if prev, err := sealer.Open(del.PreviousSecretSealed, aad); err != nil {
+			failed(false)
+			cache = false
+		} else {
+			secrets = append(secrets, string(prev))
+		}
+	}
+	keys := webhook.NewKeys(secrets...)
+	if cache {
+		c.mu.Lock()
+		if c.m == nil || len(c.m) >= keyCacheMax {
+			c.m = make(map[string]cachedKeys) // start over rather than track ages
+		}
+		c.m[del.EndpointID] = cachedKeys{sealed: string(del.SecretSealed), previous: string(del.PreviousSecretSealed), keys: keys, opened: now}
+		c.mu.Unlock()
+	}
+	return keys, nil
 }
 
 // sent is what came of one POST.
@@ -140,7 +209,7 @@ type sent struct {
 // 2xx within the timeout is success. A 429 or 503 may carry Retry-After,
 // the least wait before the next attempt; a redirect is not followed and
 // fails, as does any other status.
-func (d *Deliverer) send(ctx context.Context, del payments.Delivery, secrets []string) sent {
+func (d *Deliverer) send(ctx context.Context, del payments.Delivery, keys webhook.Keys) sent {
 	ctx, cancel := context.WithTimeout(ctx, webhook.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, del.URL, bytes.NewReader(del.Payload))
@@ -149,7 +218,7 @@ func (d *Deliverer) send(ctx context.Context, del payments.Delivery, secrets []s
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "paysvc-webhooks/1")
-	webhook.SignHeaders(req.Header, secrets, del.EventID, del.EventType, d.Now(), del.Payload)
+	keys.SignHeaders(req.Header, del.EventID, del.EventType, d.Now(), del.Payload)
 	resp, err := d.Client.Do(req)
 	if err != nil {
 		return sent{err: fmt.Errorf("send: %v", err)}
