@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -45,21 +46,35 @@ func run(ctx context.Context) error {
 	}
 	_, closeQueue := env.Enqueuer() // expiries, refunds and disputes write events with deliveries
 	defer closeQueue()
-	srv := asynq.NewServerFromRedisClient(env.Redis, asynq.Config{
+	// Two asynq servers, so two fetch loops: asynq fetches one task at a
+	// time per server, trying its queues in a weighted-random order at one
+	// Redis round trip per queue. Deliveries (the default queue) have a
+	// server of their own, so fetching one costs one round trip instead of
+	// about two, deliveries are fetched while money tasks are, and a
+	// delivery backlog never holds the slots of money tasks.
+	newServer := func(concurrency int, queues map[string]int) *asynq.Server {
+		return asynq.NewServerFromRedisClient(env.Redis, asynq.Config{
+			Concurrency:    concurrency,
+			RetryDelayFunc: tasks.RetryDelay(env.Config.WebhookRetryBase),
+			// asynq idles 1 s when the queues are empty and checks due retries
+			// every 5 s by default; a webhook should not wait that long.
+			TaskCheckInterval:        20 * time.Millisecond,
+			DelayedTaskCheckInterval: time.Second,
+			Queues:                   queues,
+			// Below the pod's terminationGracePeriodSeconds (deploy/k8s), so
+			// that tasks still running are handed back before SIGKILL.
+			ShutdownTimeout: env.Config.WorkerShutdownTimeout,
+			Logger:          app.AsynqLogger{Log: env.Log},
+		})
+	}
+	others := maps.Clone(tasks.Queues) // critical and low, at their weights
+	delete(others, tasks.QueueDefault)
+	servers := []*asynq.Server{
 		// Deliveries mostly wait on receivers, so concurrency is well above
 		// the core count.
-		Concurrency:    50,
-		RetryDelayFunc: tasks.RetryDelay(env.Config.WebhookRetryBase),
-		// asynq idles 1 s when the queues are empty and checks due retries
-		// every 5 s by default; a webhook should not wait that long.
-		TaskCheckInterval:        20 * time.Millisecond,
-		DelayedTaskCheckInterval: time.Second,
-		Queues:                   tasks.Queues,
-		// Below the pod's terminationGracePeriodSeconds (deploy/k8s), so
-		// that tasks still running are handed back before SIGKILL.
-		ShutdownTimeout: env.Config.WorkerShutdownTimeout,
-		Logger:          app.AsynqLogger{Log: env.Log},
-	})
+		newServer(50, map[string]int{tasks.QueueDefault: 1}),
+		newServer(30, others),
+	}
 	mux := asynq.NewServeMux()
 	(&worker.Handlers{Service: d.Service, Store: env.Store, Log: env.Log, EventRetention: env.Config.EventRetention}).Register(mux)
 	(&worker.Deliverer{
@@ -70,8 +85,11 @@ func run(ctx context.Context) error {
 		Log:       env.Log,
 		Now:       time.Now,
 	}).Register(mux)
-	if err := srv.Start(mux); err != nil {
-		return fmt.Errorf("start asynq server: %w", err)
+	for i, srv := range servers {
+		if err := srv.Start(mux); err != nil {
+			shutdown(servers[:i])
+			return fmt.Errorf("start asynq server: %w", err)
+		}
 	}
 	env.Log.Info("worker started", "queues", tasks.Queues)
 
@@ -87,10 +105,20 @@ func run(ctx context.Context) error {
 	// (no lease to wait out) and run again elsewhere, from the start: each
 	// handler is keyed by its row, so a refund the processor already
 	// executed is recorded, not executed again.
-	srv.Shutdown()
+	shutdown(servers)
 	env.Log.Info("stopped")
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
+}
+
+// shutdown shuts the servers down at once, so that the whole stop takes one
+// WORKER_SHUTDOWN_TIMEOUT at most.
+func shutdown(servers []*asynq.Server) {
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Go(srv.Shutdown)
+	}
+	wg.Wait()
 }

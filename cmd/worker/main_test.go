@@ -58,12 +58,22 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(servers) != 1 {
-		t.Fatalf("while running: got %d asynq servers registered, want 1", len(servers))
+	// Two servers: deliveries (the default queue) alone, and the rest.
+	if len(servers) != 2 {
+		t.Fatalf("while running: got %d asynq servers registered, want 2", len(servers))
+	}
+	served := map[string]int{}
+	for _, s := range servers {
+		if _, ok := s.Queues[tasks.QueueDefault]; ok && len(s.Queues) != 1 {
+			t.Errorf("the deliveries' server: queues %v, want the default queue alone", s.Queues)
+		}
+		for q := range s.Queues {
+			served[q]++
+		}
 	}
 	for q := range tasks.Queues {
-		if _, ok := servers[0].Queues[q]; !ok {
-			t.Errorf("worker queues: got %v, want %q among them", servers[0].Queues, q)
+		if served[q] != 1 {
+			t.Errorf("queue %q: served by %d servers, want 1 (servers' queues: %v, %v)", q, served[q], servers[0].Queues, servers[1].Queues)
 		}
 	}
 	// Its /metrics has every queue's depth (the autoscaling signal).

@@ -992,11 +992,15 @@ report() {
 	return 0
 }
 
-# The part of results.md that report() keeps: the back-to-back run's block
-# and the notes after it (from the first backtoback marker on).
+# The part of results.md that report() keeps: the webhook delivery profile
+# (between its markers), the back-to-back run's block and the notes after it
+# (from the first backtoback marker on).
 kept_results() {
 	[[ -f deploy/bench/results.md ]] || return 0
-	awk '/<!-- backtoback:start -->/ { keep = 1; print "" } keep' deploy/bench/results.md
+	awk '/<!-- backtoback:start -->/ { keep = 1; print "" }
+		/<!-- webhook-profile:start -->/ && !keep { wp = 1; print "" }
+		keep || wp { print }
+		/<!-- webhook-profile:end -->/ { wp = 0 }' deploy/bench/results.md
 }
 
 # ---------------------------------------------------------------------------
