@@ -21,6 +21,7 @@ import (
 	"paysvc/internal/httpapi"
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
+	"paysvc/internal/processor"
 	"paysvc/internal/processor/sandbox"
 	"paysvc/internal/ratelimit"
 	"paysvc/internal/secrets"
@@ -51,6 +52,9 @@ type harnessOpts struct {
 	stripeWebhook func(db *sqlx.DB, svc *payments.Service) httpapi.StripeWebhook
 	// limiterRedis is the rate limiter's Redis; nil = this binary's test database.
 	limiterRedis redis.UniversalClient
+	// processor, when set, replaces the sandbox as the service's processor
+	// (PROCESSOR=stripe tests).
+	processor func(db *sqlx.DB) processor.Processor
 }
 
 // testPortalKey signs portal URLs in tests.
@@ -93,13 +97,17 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
 	sb := sandbox.New(db, srv.URL)
+	var proc processor.Processor = sb
+	if o.processor != nil {
+		proc = o.processor(db)
+	}
 	ttl := o.sessionTTL
 	if ttl == 0 {
 		ttl = 24 * time.Hour
 	}
 	// No auth cache: tests change keys behind the service's back (SQL); the
 	// cache has its own test in internal/payments.
-	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(sb), payments.WithSessionTTL(ttl), payments.WithAuthCacheTTL(0), payments.WithSandboxClocks(),
+	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(proc), payments.WithSessionTTL(ttl), payments.WithAuthCacheTTL(0), payments.WithSandboxClocks(),
 		payments.WithSecrets(testBox), payments.WithEndpointCheck(func(ctx context.Context, u string) error {
 			return webhook.CheckURL(ctx, u, o.allowPrivateWebhooks)
 		}), payments.WithPortal(testPortalKey, time.Hour, srv.URL))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"paysvc/internal/payments"
 	"paysvc/internal/processor"
 	"paysvc/internal/processor/stripe"
+	"paysvc/internal/processor/stripe/stripemock"
 )
 
 // POST /stripe/webhook takes Stripe's signed events without an API key:
@@ -67,4 +69,90 @@ func TestStripeWebhookRoute(t *testing.T) {
 
 	plain := newHarness(t, harnessOpts{})
 	wantError(t, plain.do("POST", "/stripe/webhook", "", payload, "Stripe-Signature", sig), http.StatusNotFound, "endpoint_not_found")
+}
+
+// With PROCESSOR=stripe (the adapter against stripe-mock) the subscription
+// routes go to Stripe Billing: the session's url is Stripe Checkout's; the
+// subscription created by Stripe's checkout.session.completed is canceled,
+// resized and given a portal on Stripe (its url is Stripe's); an interval
+// Stripe cannot bill is 400 before anything is sent; a Stripe that does not
+// answer is 502 processor_error with nothing written.
+func TestStripeSubscriptionRoutes(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_subs"
+	stripeAt := func(base string) harnessOpts {
+		var p *stripe.Processor
+		get := func(db *sqlx.DB) *stripe.Processor {
+			if p == nil {
+				p = stripe.New(db, stripe.Config{Test: stripe.Keys{Secret: "sk_test_subs", Publishable: "pk_test_subs"}, APIBase: base})
+			}
+			return p
+		}
+		return harnessOpts{
+			processor:     func(db *sqlx.DB) processor.Processor { return get(db) },
+			stripeWebhook: func(db *sqlx.DB, svc *payments.Service) httpapi.StripeWebhook { return get(db).Inbound(secret, svc) },
+		}
+	}
+	h := newHarness(t, stripeAt(stripemock.Start(t)))
+	s := newShop(h)
+	acct := payments.NewID("acct_")
+	if err := stripe.SetConnectedAccount(context.Background(), h.db, processor.Account{MerchantID: s.id}, acct); err != nil {
+		t.Fatal(err)
+	}
+	inline := func(interval string, count int) map[string]any {
+		return map[string]any{"amount_cents": 1500, "currency": "usd", "interval": interval, "interval_count": count,
+			"success_url": "https://shop.example/ok", "cancel_url": "https://shop.example/no"}
+	}
+	wantError(t, h.do("POST", "/v1/subscription-sessions", s.key, inline("year", 4)), http.StatusBadRequest, "invalid_interval")
+	r := h.do("POST", "/v1/subscription-sessions", s.key, inline("month", 1))
+	wantOK(t, r)
+	var cs struct{ ID, URL string }
+	r.data(t, &cs)
+	if !strings.HasPrefix(cs.URL, "https://checkout.stripe.com/") {
+		t.Errorf("session url: got %q, want Stripe Checkout's", cs.URL)
+	}
+
+	payload, _ := json.Marshal(map[string]any{
+		"id": "evt_subs1", "object": "event", "api_version": "2023-10-16", "created": time.Now().Unix(), "livemode": false,
+		"account": acct, "type": "checkout.session.completed",
+		"data": map[string]any{"object": map[string]any{"id": "cs_test_subs1", "object": "checkout.session", "mode": "subscription",
+			"status": "complete", "payment_status": "paid", "client_reference_id": cs.ID, "subscription": "sub_stripe_http",
+			"customer_details": map[string]any{"email": "ada@example.com"}}},
+	})
+	sig := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret}).Header
+	wantOK(t, h.do("POST", "/stripe/webhook", "", payload, "Stripe-Signature", sig))
+	var pev string
+	if err := h.db.Get(&pev, `SELECT id FROM processor_events WHERE external_id = 'evt_subs1'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.ApplyProcessorEvent(context.Background(), s.sc, pev); err != nil {
+		t.Fatal(err)
+	}
+	var sub string
+	if err := h.db.Get(&sub, `SELECT id FROM subscriptions WHERE session_id = $1 AND processor_subscription_id = 'sub_stripe_http'`, cs.ID); err != nil {
+		t.Fatalf("the subscription of the completed checkout: %v", err)
+	}
+	r = h.do("POST", "/v1/subscriptions/"+sub+"/cancel", s.key, map[string]any{"at_period_end": true})
+	wantOK(t, r)
+	wantOK(t, h.do("POST", "/v1/subscriptions/"+sub+"/resume", s.key, nil))
+	wantOK(t, h.do("PATCH", "/v1/subscriptions/"+sub+"/quantity", s.key, map[string]any{"quantity": 3, "proration_behavior": "always_invoice"}))
+	r = h.do("POST", "/v1/subscriptions/"+sub+"/portal-session", s.key, map[string]any{"return_url": "https://shop.example/account"})
+	wantOK(t, r)
+	var ps struct{ URL string }
+	r.data(t, &ps)
+	if !strings.HasPrefix(ps.URL, "https://") || strings.Contains(ps.URL, "/portal/") {
+		t.Errorf("portal url: got %q, want Stripe's billing portal", ps.URL)
+	}
+
+	// Stripe gone: 502 processor_error, nothing written.
+	down := newHarness(t, stripeAt("http://127.0.0.1:1"))
+	ds := newShop(down)
+	if err := stripe.SetConnectedAccount(context.Background(), down.db, processor.Account{MerchantID: ds.id}, payments.NewID("acct_")); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, down.do("POST", "/v1/subscription-sessions", ds.key, inline("month", 1)), http.StatusBadGateway, "processor_error")
+	var n int
+	if err := down.db.Get(&n, `SELECT count(*) FROM checkout_sessions WHERE merchant_id = $1`, ds.id); err != nil || n != 0 {
+		t.Errorf("sessions after a Stripe failure: got %d (%v), want 0", n, err)
+	}
 }
