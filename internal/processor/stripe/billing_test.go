@@ -76,6 +76,21 @@ func TestStripeBillingRoutes(t *testing.T) {
 		t.Errorf("first payments: got %d, want 1", n)
 	}
 
+	// The first invoice is the checkout's: no second payment; Stripe's
+	// payment intent is found through our session for refunds.
+	e.send("evt_first_invoice", "invoice.paid", map[string]any{"id": "in_first", "object": "invoice", "subscription": "sub_stripe_routes",
+		"billing_reason": "subscription_create", "amount_paid": 2000, "currency": "usd", "payment_intent": "pi_stripe_first",
+		"subscription_details": map[string]any{"metadata": map[string]string{"paysvc_checkout_session": *sub.SessionID}}})
+	if n := e.work(); n != 0 {
+		t.Fatalf("%d events not applied", n)
+	}
+	if n := e.count(`SELECT count(*) FROM payment_intents WHERE merchant_id = $1 AND subscription_id = $2`, e.sc.MerchantID, sub.ID); n != 1 {
+		t.Errorf("payments after the first invoice: got %d, want 1 (the checkout's)", n)
+	}
+	if got := e.stripeID(*sub.SessionID); got != "pi_stripe_first" {
+		t.Errorf("Stripe payment of the session: got %q, want pi_stripe_first", got)
+	}
+
 	yes, no := true, false
 	got, err := e.svc.CancelSubscription(ctx, e.sc, sub.ID, payments.CancelInput{AtPeriodEnd: &yes})
 	if err != nil || !got.CancelAtPeriodEnd {

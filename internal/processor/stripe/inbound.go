@@ -199,9 +199,19 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 			return sc, out, false, err
 		}
 		out.Type, out.Data.Invoice = payments.ProcessorInvoicePaid, invoiceState(&inv)
-		if ev.Type == "invoice.payment_failed" {
+		first := inv.BillingReason == stripego.InvoiceBillingReasonSubscriptionCreate
+		switch {
+		case ev.Type == "invoice.payment_failed":
 			out.Type = payments.ProcessorInvoiceFailed
-		} else if inv.PaymentIntent != nil && inv.PaymentIntent.ID != "" && inv.AmountPaid > 0 {
+		case first && inv.PaymentIntent != nil && inv.PaymentIntent.ID != "" && inv.SubscriptionDetails != nil &&
+			strings.HasPrefix(inv.SubscriptionDetails.Metadata[metaSession], "cs_"):
+			// The first invoice is the checkout's: its payment is the
+			// session's (recorded by the completion), and a refund or
+			// dispute of it finds Stripe's payment intent by the session.
+			if err := p.remember(ctx, acct, inv.SubscriptionDetails.Metadata[metaSession], inv.PaymentIntent.ID); err != nil {
+				return sc, out, false, err
+			}
+		case !first && inv.PaymentIntent != nil && inv.PaymentIntent.ID != "" && inv.AmountPaid > 0:
 			// The payment recorded for it gets our id now, mapped to
 			// Stripe's payment intent, so that a refund of it finds it.
 			out.Data.Invoice.PaymentIntentID = payments.NewID("pi_")
