@@ -30,17 +30,33 @@ const (
 
 func requestID(c *gin.Context) string { return c.GetString(ctxRequestID) }
 
+// edgeHeaders are the fixed headers of every response, by canonical name.
+// Their values are shared by every response's header map, without a copy
+// per request: each has capacity 1, so an Add appends to a new array, and
+// Set replaces the slice; nothing writes into them.
+var edgeHeaders = func() map[string][]string {
+	m := map[string][]string{}
+	for _, kv := range [][2]string{
+		{"X-API-Version", APIVersion},
+		{"X-Content-Type-Options", "nosniff"},
+		{"X-Frame-Options", "DENY"},
+		{"Strict-Transport-Security", "max-age=63072000; includeSubDomains"},
+		{"Cache-Control", "no-store"},
+	} {
+		m[http.CanonicalHeaderKey(kv[0])] = []string{kv[1]}[:1:1]
+	}
+	return m
+}()
+
 // edge gives every response its request id and the headers of the spec.
 func (s *Server) edge(c *gin.Context) {
 	id := uuid.NewString()
 	c.Set(ctxRequestID, id)
 	h := c.Writer.Header()
-	h.Set("X-Request-Id", id)
-	h.Set("X-API-Version", APIVersion)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Strict-Transport-Security", "max-age=63072000; includeSubDomains")
-	h.Set("Cache-Control", "no-store")
+	h["X-Request-Id"] = []string{id}
+	for k, v := range edgeHeaders {
+		h[k] = v
+	}
 	c.Next()
 }
 
@@ -145,8 +161,8 @@ func (s *Server) rateLimit(c *gin.Context) {
 		return
 	}
 	h := c.Writer.Header()
-	h.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
-	h.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
+	h["X-Ratelimit-Limit"] = s.limitHeader(res.Limit)
+	h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(res.Remaining)}
 	if !res.Allowed {
 		secs := int((res.RetryAfter + time.Second - 1) / time.Second)
 		if secs < 1 {
@@ -157,6 +173,22 @@ func (s *Server) rateLimit(c *gin.Context) {
 		return
 	}
 	c.Next()
+}
+
+// limitHeader is X-RateLimit-Limit's value, the same on every response:
+// made once and shared (capacity 1, as edgeHeaders).
+func (s *Server) limitHeader(limit int) []string {
+	if v := s.limitValue.Load(); v != nil && v.n == limit {
+		return v.value
+	}
+	v := &limitValue{n: limit, value: []string{strconv.Itoa(limit)}[:1:1]}
+	s.limitValue.Store(v)
+	return v.value
+}
+
+type limitValue struct {
+	n     int
+	value []string
 }
 
 // Idempotency-Key handling (Stripe's behaviour).

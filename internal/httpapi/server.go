@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -78,6 +79,8 @@ type Server struct {
 	crash   func(point string)
 	wait    time.Duration // idempotencyWait; shorter in tests
 	stripe  StripeWebhook
+	// limitValue caches X-RateLimit-Limit's value.
+	limitValue atomic.Pointer[limitValue]
 }
 
 // New returns the API's http.Handler.

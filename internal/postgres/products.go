@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -48,10 +47,10 @@ func (r productRow) product() (payments.Product, error) {
 		URL: strPtr(r.URL), Shippable: boolPtr(r.Shippable), UnitLabel: strPtr(r.UnitLabel),
 		StatementDescriptor: strPtr(r.StatementDescriptor), TaxCode: strPtr(r.TaxCode), Created: r.CreatedAt,
 	}
-	if err := json.Unmarshal(r.Images, &p.Images); err != nil {
+	if err := unmarshalJSONB(r.Images, &p.Images); err != nil {
 		return p, fmt.Errorf("decode images of %s: %w", r.ID, err)
 	}
-	if err := json.Unmarshal(r.Metadata, &p.Metadata); err != nil {
+	if err := unmarshalJSONB(r.Metadata, &p.Metadata); err != nil {
 		return p, fmt.Errorf("decode metadata of %s: %w", r.ID, err)
 	}
 	if r.PriceID.Valid {
@@ -89,12 +88,17 @@ func (s *Store) CreateProduct(ctx context.Context, sc payments.Scope, p payments
 
 // Product returns one product of the scope.
 func (s *Store) Product(ctx context.Context, sc payments.Scope, id string) (payments.Product, error) {
-	return s.product(ctx, &s.q, sc, id, "")
+	return s.product(ctx, &s.q, sc, id, productByID)
 }
 
-func (s *Store) product(ctx context.Context, q sqlx.QueryerContext, sc payments.Scope, id, lock string) (payments.Product, error) {
-	query := `SELECT ` + productCols + productFrom +
-		`WHERE p.merchant_id = $1 AND p.livemode = $2 AND p.id = $3` + lock
+// productByID and productForUpdate are constants, so that the prepared
+// statement's cache key is not built again on every read.
+const (
+	productByID      = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2 AND p.id = $3`
+	productForUpdate = productByID + ` FOR UPDATE OF p`
+)
+
+func (s *Store) product(ctx context.Context, q sqlx.QueryerContext, sc payments.Scope, id, query string) (payments.Product, error) {
 	var r productRow
 	err := sqlx.GetContext(ctx, q, &r, query, sc.MerchantID, sc.Live, id)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -121,7 +125,7 @@ func (s *Store) UpdateProduct(ctx context.Context, sc payments.Scope, id string,
 	var p payments.Product
 	err := s.inTx(ctx, func(tx *txn) error {
 		var err error
-		if p, err = s.product(ctx, tx, sc, id, " FOR UPDATE OF p"); err != nil {
+		if p, err = s.product(ctx, tx, sc, id, productForUpdate); err != nil {
 			return err
 		}
 		oldPrice := ""

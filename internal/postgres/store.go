@@ -252,6 +252,26 @@ func jsonb(v any) string {
 	return string(b)
 }
 
+// unmarshalJSONB decodes a jsonb column into a slice or map, the columns'
+// defaults ([] and {}, as PostgreSQL prints them) without the decoder: most
+// products and objects have no images or metadata, and decoding nothing
+// was a visible part of reading a list page.
+func unmarshalJSONB[T any](b []byte, v *T) error {
+	switch p := any(v).(type) {
+	case *[]string:
+		if string(b) == "[]" {
+			*p = []string{}
+			return nil
+		}
+	case *map[string]string:
+		if string(b) == "{}" {
+			*p = map[string]string{}
+			return nil
+		}
+	}
+	return json.Unmarshal(b, v)
+}
+
 func timePtr(t sql.NullTime) *time.Time {
 	if !t.Valid {
 		return nil
