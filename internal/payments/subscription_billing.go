@@ -162,8 +162,9 @@ func (s *Service) applyProcessorSubscription(ctx context.Context, a *application
 // renewal's invoice moves the subscription to the period it billed,
 // active. Failed: the subscription past_due until the processor's next
 // attempt (dunning is the processor's; its subscription events say when it
-// gives up). State older than the newest applied changes nothing; the
-// money of a paid invoice is recorded all the same.
+// gives up); a failed proration invoice changes nothing. State older than
+// the newest applied changes nothing; the money of a paid invoice is
+// recorded all the same.
 func (s *Service) applyProcessorInvoice(ctx context.Context, a *application) error {
 	inv := a.ev.Data.Invoice
 	if a.sc == nil || inv == nil || inv.SubscriptionID == "" {
@@ -209,6 +210,9 @@ func (s *Service) applyProcessorInvoice(ctx context.Context, a *application) err
 					sub.Status = SubActive
 				}
 				sub.NextRetryAt = nil
+			case inv.BillingReason == "subscription_update":
+				// A declined proration invoice leaves the subscription as it
+				// is, as a declined proration charge does in the sandbox.
 			case sub.Status != SubUnpaid:
 				sub.Status, sub.NextRetryAt = SubPastDue, utcPtr(inv.NextAttempt)
 			}

@@ -116,6 +116,30 @@ func TestStripeBillingRoutes(t *testing.T) {
 		e.count(`SELECT count(*) FROM subscription_proration_items WHERE subscription_id = $1`, sub.ID); n != 0 {
 		t.Errorf("charges or proration items of ours: got %d, want none (Stripe bills)", n)
 	}
+	// Stripe's proration invoices: a failed one changes nothing (as a
+	// declined proration charge in the sandbox), a paid one is a payment.
+	proration := func(id string, paid bool) map[string]any {
+		o := map[string]any{"id": id, "object": "invoice", "subscription": "sub_stripe_routes", "billing_reason": "subscription_update",
+			"currency": "usd", "payment_intent": "pi_" + id, "amount_paid": 0, "next_payment_attempt": time.Now().Add(72 * time.Hour).Unix(),
+			"subscription_details": map[string]any{"metadata": map[string]string{"paysvc_checkout_session": *sub.SessionID}}}
+		if paid {
+			o["amount_paid"] = 700
+			delete(o, "next_payment_attempt")
+		}
+		return o
+	}
+	e.send("evt_proration_failed", "invoice.payment_failed", proration("in_prorate1", false))
+	e.send("evt_proration_paid", "invoice.paid", proration("in_prorate2", true))
+	if n := e.work(); n != 0 {
+		t.Fatalf("%d events not applied", n)
+	}
+	if got, err = e.svc.Subscription(ctx, e.sc, sub.ID); err != nil || got.Status != payments.SubActive {
+		t.Errorf("after a failed proration invoice: got %+v, %v, want still active", got, err)
+	}
+	if n := e.count(`SELECT count(*) FROM payment_intents WHERE subscription_id = $1 AND amount = 700 AND description = 'Subscription quantity change'`, sub.ID); n != 1 {
+		t.Errorf("payments of the paid proration invoice: got %d, want 1", n)
+	}
+
 	ret := "https://shop.example/account"
 	ps, err := e.svc.CreatePortalSession(ctx, e.sc, sub.ID, payments.PortalSessionInput{ReturnURL: &ret})
 	if err != nil || !strings.HasPrefix(ps.URL, "https://") || strings.Contains(ps.URL, "/portal/") {
