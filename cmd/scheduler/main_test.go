@@ -53,7 +53,7 @@ func TestRunEnqueuesTicksAndStopsGracefully(t *testing.T) {
 	for _, task := range worker.Schedule() {
 		types = append(types, task().Type())
 	}
-	for _, typ := range []string{tasks.TypePruneIdempotency, tasks.TypePruneViolations} {
+	for _, typ := range []string{tasks.TypePartitions, tasks.TypePruneViolations} {
 		if !slices.Contains(types, typ) {
 			t.Fatalf("worker.Schedule(): got %v, want an entry for %s", types, typ)
 		}

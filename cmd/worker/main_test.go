@@ -31,7 +31,7 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 	// The worker processes maintenance tasks from the low queue.
 	client := asynq.NewClient(redisOpt)
 	defer client.Close()
-	info, err := client.Enqueue(tasks.NewPruneIdempotency(), asynq.Retention(time.Hour))
+	info, err := client.Enqueue(tasks.NewMaintainPartitions(), asynq.Retention(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

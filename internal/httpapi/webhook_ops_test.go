@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -284,33 +283,6 @@ func TestResendRules(t *testing.T) {
 	if len(got) != 2 || got[0].ID == got[1].ID || got[0].Event != ev || got[1].Event != ev {
 		t.Errorf("deliveries after two resends: got %+v, want two of %s", got, ev)
 	}
-}
-
-// TestResendKeepsEventFromPruning: an event past retention with a pending
-// resend is kept; once that delivery finishes it is pruned.
-func TestResendKeepsEventFromPruning(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, harnessOpts{allowPrivateWebhooks: true})
-	s := newShop(h)
-	we := createEndpointOK(t, h, s.key, map[string]any{"url": "https://hooks.example/in"})
-	old := insertEvent(t, h, s.sc, "charge.refunded", time.Now().Add(-payments.EventRetention-time.Hour))
-	r := h.do("POST", "/v1/events/"+old+"/resend", s.key, map[string]any{"endpoint": we.ID})
-	wantOK(t, r)
-	var d deliveryView
-	r.data(t, &d)
-	before := time.Now().Add(-payments.EventRetention)
-	if _, err := h.svc.PruneEvents(context.Background(), s.sc, before, 100); err != nil {
-		t.Fatal(err)
-	}
-	wantOK(t, h.do("GET", "/v1/events/"+old, s.key, nil))
-	if _, err := h.db.Exec(`UPDATE webhook_deliveries SET status = 'succeeded' WHERE id = $1`, d.ID); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := h.svc.PruneEvents(context.Background(), s.sc, before, 100); err != nil || n != 1 {
-		t.Fatalf("prune after the resend finished: got %d, %v, want 1", n, err)
-	}
-	wantError(t, h.do("GET", "/v1/events/"+old, s.key, nil), http.StatusNotFound, "endpoint_not_found")
-	wantError(t, h.do("POST", "/v1/events/"+old+"/resend", s.key, map[string]any{"endpoint": we.ID}), http.StatusNotFound, "endpoint_not_found")
 }
 
 func TestEndpointRotateSecret(t *testing.T) {

@@ -216,7 +216,7 @@ func (s *Service) ResendEvent(ctx context.Context, sc Scope, eventID string, in 
 	if in.Endpoint == nil || *in.Endpoint == "" {
 		return DeliveryObject{}, Invalid("endpoint", "is required")
 	}
-	d, err := s.store.ResendEvent(ctx, sc, eventID, *in.Endpoint, NewID("whd_"), s.clock.Base(), func(eventType string, e Endpoint) error {
+	d, err := s.store.ResendEvent(ctx, sc, eventID, *in.Endpoint, s.clock.Base(), func(eventType string, e Endpoint) error {
 		if e.Status != EndpointEnabled {
 			return Invalid("endpoint", "%s is disabled; re-enable it (status \"enabled\") first", e.ID)
 		}

@@ -30,11 +30,19 @@ type Event struct {
 }
 
 func newEvent(typ string, data any, now time.Time) Event {
-	return Event{ID: NewID("evt_"), Type: typ, Data: data, Created: now}
+	return Event{ID: NewTimedID("evt_", now), Type: typ, Data: data, Created: now}
 }
 
 // EventRetention is how long events are kept by default (EVENT_RETENTION).
 const EventRetention = 30 * 24 * time.Hour
+
+// PartitionChanges is what a run of partition maintenance did (retention
+// by partition: internal/postgres MaintainPartitions): the partitions it
+// created and those it dropped, by name.
+type PartitionChanges struct {
+	Created []string
+	Dropped []string
+}
 
 // StoredEvent is an event as it is delivered and as GET /v1/events returns
 // it: Payload is the delivered body (id, type, created, livemode, data),
@@ -90,16 +98,4 @@ func (s *Service) Events(ctx context.Context, sc Scope, f EventFilter) (Page[Sto
 // (payment_not_found would wrongly say a payment is missing).
 func (s *Service) Event(ctx context.Context, sc Scope, id string) (StoredEvent, error) {
 	return s.store.Event(ctx, sc, id)
-}
-
-// EventScopes returns the scopes with events created before before.
-func (s *Service) EventScopes(ctx context.Context, before time.Time) ([]Scope, error) {
-	return s.store.EventScopes(ctx, before)
-}
-
-// PruneEvents deletes one batch (at most limit) of the scope's events
-// created before before, with their finished deliveries; events with a
-// pending delivery stay. It returns how many events it deleted.
-func (s *Service) PruneEvents(ctx context.Context, sc Scope, before time.Time, limit int) (int, error) {
-	return s.store.PruneEvents(ctx, sc, before, limit)
 }

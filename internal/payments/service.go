@@ -126,19 +126,14 @@ type Store interface {
 	// EndpointDelivery is one delivery of an endpoint with its attempts.
 	EndpointDelivery(ctx context.Context, sc Scope, endpointID, deliveryID string) (DeliveryRecord, error)
 	// ResendEvent locks the event and the endpoint, runs check and inserts
-	// a pending delivery (id) of the event to the endpoint, enqueued after
+	// a pending delivery of the event to the endpoint, enqueued after
 	// commit.
-	ResendEvent(ctx context.Context, sc Scope, eventID, endpointID, id string, now time.Time, check func(eventType string, e Endpoint) error) (DeliveryRecord, error)
+	ResendEvent(ctx context.Context, sc Scope, eventID, endpointID string, now time.Time, check func(eventType string, e Endpoint) error) (DeliveryRecord, error)
 
 	// EventPage is a page of the scope's events, newest first, filtered.
 	EventPage(ctx context.Context, sc Scope, f EventFilter) (Page[StoredEvent], error)
 	// Event is one of the scope's events (endpoint_not_found otherwise).
 	Event(ctx context.Context, sc Scope, id string) (StoredEvent, error)
-	// EventScopes are the scopes with events created before before.
-	EventScopes(ctx context.Context, before time.Time) ([]Scope, error)
-	// PruneEvents deletes a batch of the scope's old events without
-	// pending deliveries, with their finished deliveries.
-	PruneEvents(ctx context.Context, sc Scope, before time.Time, limit int) (int, error)
 
 	SubscriptionStore
 	SubscriptionRecords

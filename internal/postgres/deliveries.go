@@ -40,13 +40,14 @@ func (r deliveryLogRow) record() payments.DeliveryRecord {
 
 // deliveryLogSelect reads deliveries (aliased d) with their event's type and
 // the start of their last attempt's response, found on webhook_attempts'
-// (scope, delivery_id, created_at) index.
+// (scope, delivery_id, created_at) index, each in its delivery's partition.
 const deliveryLogSelect = `SELECT d.id, d.livemode, d.endpoint_id, d.event_id, e.type AS event_type, d.status, d.attempts,
 	d.last_status, la.response_body AS last_response_body, d.last_error, d.next_attempt_at, d.created_at, d.delivered_at
 FROM webhook_deliveries d
-JOIN events e ON e.id = d.event_id
+JOIN events e ON e.id = d.event_id AND e.created_at = d.event_created_at -- its partition
 LEFT JOIN LATERAL (SELECT a.response_body FROM webhook_attempts a
 	WHERE a.merchant_id = d.merchant_id AND a.livemode = d.livemode AND a.delivery_id = d.id
+		AND a.event_created_at = d.event_created_at
 	ORDER BY a.created_at DESC LIMIT 1) la ON true`
 
 // liveEndpoint checks that the scope has the endpoint, not deleted.
@@ -77,9 +78,11 @@ func (s *Store) EndpointDeliveries(ctx context.Context, sc payments.Scope, endpo
 	args := []any{sc.MerchantID, sc.Live, endpointID, f.Status}
 	q := first
 	if f.StartingAfter != "" {
-		const cq = `SELECT created_at, id FROM webhook_deliveries WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND endpoint_id = $4`
+		const cq = `SELECT created_at, id FROM webhook_deliveries WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND endpoint_id = $4
+			AND event_created_at >= coalesce($5::timestamptz, '-infinity') AND event_created_at < coalesce($6::timestamptz, 'infinity')`
+		lo, hi := idSpan(f.StartingAfter)
 		var c cursor
-		err := s.q.GetContext(ctx, &c, cq, sc.MerchantID, sc.Live, f.StartingAfter, endpointID)
+		err := s.q.GetContext(ctx, &c, cq, sc.MerchantID, sc.Live, f.StartingAfter, endpointID, lo, hi)
 		if errors.Is(err, sql.ErrNoRows) {
 			return payments.Page[payments.DeliveryRecord]{}, payments.Invalid("starting_after", "is not a known delivery of %s: '%s'", endpointID, f.StartingAfter)
 		}
@@ -107,9 +110,10 @@ func (s *Store) EndpointDelivery(ctx context.Context, sc payments.Scope, endpoin
 		return payments.DeliveryRecord{}, err
 	}
 	const q = deliveryLogSelect + `
-	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.endpoint_id = $3 AND d.id = $4`
+	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.endpoint_id = $3 AND d.id = $4 AND d.event_created_at >= coalesce($5::timestamptz, '-infinity') AND d.event_created_at < coalesce($6::timestamptz, 'infinity')`
+	lo, hi := idSpan(deliveryID)
 	var r deliveryLogRow
-	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, endpointID, deliveryID)
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, endpointID, deliveryID, lo, hi)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.DeliveryRecord{}, payments.Errorf(payments.EndpointNotFound, "No such delivery: '%s'", deliveryID)
 	}
@@ -123,8 +127,8 @@ func (s *Store) EndpointDelivery(ctx context.Context, sc payments.Scope, endpoin
 		Error        sql.NullString `db:"error"`
 	}
 	const aq = `SELECT created_at, http_status, response_body, error FROM webhook_attempts
-	WHERE merchant_id = $1 AND livemode = $2 AND delivery_id = $3 ORDER BY created_at, id`
-	if err := s.q.SelectContext(ctx, &attempts, aq, sc.MerchantID, sc.Live, deliveryID); err != nil {
+	WHERE merchant_id = $1 AND livemode = $2 AND delivery_id = $3 AND event_created_at >= coalesce($4::timestamptz, '-infinity') AND event_created_at < coalesce($5::timestamptz, 'infinity') ORDER BY created_at, id`
+	if err := s.q.SelectContext(ctx, &attempts, aq, sc.MerchantID, sc.Live, deliveryID, lo, hi); err != nil {
 		return payments.DeliveryRecord{}, fmt.Errorf("select attempts: %w", err)
 	}
 	d := r.record()
@@ -141,17 +145,24 @@ func (s *Store) EndpointDelivery(ctx context.Context, sc payments.Scope, endpoin
 }
 
 // ResendEvent inserts a new pending delivery of an event to an endpoint and
-// leaves its job for after commit (the queue of every delivery). The event
-// row is locked FOR KEY SHARE first: retention pruning locks the events it
-// deletes (FOR UPDATE SKIP LOCKED), so either it skips this event (whose new
-// pending delivery then keeps it) or it deleted it before, and the event is
-// not found.
-func (s *Store) ResendEvent(ctx context.Context, sc payments.Scope, eventID, endpointID, id string, now time.Time, check func(eventType string, e payments.Endpoint) error) (payments.DeliveryRecord, error) {
+// leaves its job for after commit (the queue of every delivery). The
+// delivery lives in its event's partition (event_created_at) and its id
+// carries that time. The event row is locked FOR KEY SHARE first, so the
+// event's partition cannot be detached by retention meanwhile (DETACH waits
+// for the lock), and retention keeps a partition while it holds a pending
+// delivery (dropExpired); after a drop the event is not found.
+func (s *Store) ResendEvent(ctx context.Context, sc payments.Scope, eventID, endpointID string, now time.Time, check func(eventType string, e payments.Endpoint) error) (payments.DeliveryRecord, error) {
 	var d payments.DeliveryRecord
 	err := s.inTx(ctx, func(tx *txn) error {
-		var eventType string
-		const ev = `SELECT type FROM events WHERE merchant_id = $1 AND livemode = $2 AND id = $3 FOR KEY SHARE`
-		err := tx.GetContext(ctx, &eventType, ev, sc.MerchantID, sc.Live, eventID)
+		var ev struct {
+			Type    string    `db:"type"`
+			Created time.Time `db:"created_at"`
+		}
+		const evq = `SELECT type, created_at FROM events WHERE merchant_id = $1 AND livemode = $2 AND id = $3
+			AND created_at >= coalesce($4::timestamptz, '-infinity') AND created_at < coalesce($5::timestamptz, 'infinity') FOR KEY SHARE`
+		lo, hi := idSpan(eventID)
+		err := tx.GetContext(ctx, &ev, evq, sc.MerchantID, sc.Live, eventID, lo, hi)
+		eventType := ev.Type
 		if errors.Is(err, sql.ErrNoRows) {
 			return payments.Errorf(payments.EndpointNotFound, "No such event: '%s'", eventID)
 		}
@@ -177,9 +188,10 @@ func (s *Store) ResendEvent(ctx context.Context, sc payments.Scope, eventID, end
 		if err := check(eventType, e); err != nil {
 			return err
 		}
-		const ins = `INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, created_at)
-		VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6)`
-		if _, err := tx.ExecContext(ctx, ins, id, sc.MerchantID, sc.Live, eventID, endpointID, now); err != nil {
+		const ins = `INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, created_at, event_created_at)
+		VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6, $7)`
+		id := payments.NewTimedID("whd_", ev.Created)
+		if _, err := tx.ExecContext(ctx, ins, id, sc.MerchantID, sc.Live, eventID, endpointID, now, ev.Created); err != nil {
 			return fmt.Errorf("insert delivery: %w", err)
 		}
 		tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobDeliverWebhook, ID: id, MerchantID: sc.MerchantID, Live: sc.Live})

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lib/pq"
-
 	"paysvc/internal/payments"
 )
 
@@ -21,9 +19,10 @@ func insertEvents(ctx context.Context, tx *txn, sc payments.Scope, events []paym
 		INSERT INTO events (id, merchant_id, livemode, type, data, created_at) VALUES ($1, $2, $3, $4, $5, $6)
 		RETURNING id, type, created_at
 	)
-	INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, created_at)
-	SELECT 'whd_' || replace(gen_random_uuid()::text, '-', ''), we.merchant_id, we.livemode, e.id, we.id, 'pending',
-		e.created_at, e.created_at
+	INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, created_at, event_created_at)
+	SELECT 'whd_' || lpad(to_hex(floor(extract(epoch FROM e.created_at) * 1000)::bigint), 12, '0') -- a timed id (payments.IDTime)
+			|| replace(gen_random_uuid()::text, '-', ''),
+		we.merchant_id, we.livemode, e.id, we.id, 'pending', e.created_at, e.created_at, e.created_at
 	FROM e, webhook_endpoints we
 	WHERE we.merchant_id = $2 AND we.livemode = $3 AND we.status = 'enabled' AND we.deleted_at IS NULL
 		AND (we.events ? '*' OR we.events ? e.type)
@@ -69,9 +68,10 @@ func (s *Store) Events(ctx context.Context, sc payments.Scope) ([]StoredEvent, e
 // payments.Service.Event) when the scope has no such event.
 func (s *Store) Event(ctx context.Context, sc payments.Scope, id string) (StoredEvent, error) {
 	const q = `SELECT e.id, e.type, ` + eventPayload + ` AS payload
-	FROM events e WHERE e.merchant_id = $1 AND e.livemode = $2 AND e.id = $3`
+	FROM events e WHERE e.merchant_id = $1 AND e.livemode = $2 AND e.id = $3 AND e.created_at >= coalesce($4::timestamptz, '-infinity') AND e.created_at < coalesce($5::timestamptz, 'infinity')`
+	lo, hi := idSpan(id)
 	var out StoredEvent
-	err := s.q.GetContext(ctx, &out, q, sc.MerchantID, sc.Live, id)
+	err := s.q.GetContext(ctx, &out, q, sc.MerchantID, sc.Live, id, lo, hi)
 	if errors.Is(err, sql.ErrNoRows) {
 		return StoredEvent{}, payments.Errorf(payments.EndpointNotFound, "No such event: '%s'", id)
 	}
@@ -107,7 +107,9 @@ func (s *Store) EventPage(ctx context.Context, sc payments.Scope, f payments.Eve
 	args := []any{sc.MerchantID, sc.Live, f.Type, f.Prefix, gte, lte}
 	q := first
 	if f.StartingAfter != "" {
-		c, err := s.loadCursor(ctx, `SELECT created_at, id FROM events WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, sc, f.StartingAfter)
+		lo, hi := idSpan(f.StartingAfter)
+		c, err := s.loadCursor(ctx, `SELECT created_at, id FROM events WHERE merchant_id = $1 AND livemode = $2 AND id = $3
+			AND created_at >= coalesce($4::timestamptz, '-infinity') AND created_at < coalesce($5::timestamptz, 'infinity')`, sc, f.StartingAfter, lo, hi)
 		if err != nil {
 			return payments.Page[StoredEvent]{}, err
 		}
@@ -119,75 +121,4 @@ func (s *Store) EventPage(ctx context.Context, sc payments.Scope, f payments.Eve
 		return payments.Page[StoredEvent]{}, fmt.Errorf("select events: %w", err)
 	}
 	return page(rows, f.Limit), nil
-}
-
-// EventScopes returns the scopes that have events created before before,
-// each found by one probe of events_page.
-func (s *Store) EventScopes(ctx context.Context, before time.Time) ([]payments.Scope, error) {
-	const q = `SELECT m.id AS merchant_id, l.live AS livemode FROM merchants m CROSS JOIN (VALUES (false), (true)) AS l (live)
-	WHERE (SELECT min(e.created_at) FROM events e WHERE e.merchant_id = m.id AND e.livemode = l.live) < $1
-	ORDER BY m.id, l.live` // min(): one events_page probe per scope, never a semi-join that scans events
-	var rows []struct {
-		MerchantID string `db:"merchant_id"`
-		Live       bool   `db:"livemode"`
-	}
-	if err := s.q.SelectContext(ctx, &rows, q, before); err != nil {
-		return nil, fmt.Errorf("select event scopes: %w", err)
-	}
-	out := make([]payments.Scope, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, payments.Scope{MerchantID: r.MerchantID, Live: r.Live})
-	}
-	return out, nil
-}
-
-// PruneEvents deletes, in one short transaction, at most limit of the
-// scope's oldest events created before before — found on events_page —
-// together with their deliveries (and, by cascade, their attempts). An
-// event with a pending delivery is kept: it is still owed to an endpoint.
-//
-// Two statements, so that a resend (ResendEvent) cannot slip between:
-// the first locks the candidates FOR UPDATE SKIP LOCKED (skipping any a
-// resend holds FOR KEY SHARE, so the sweep never waits); the second, on a
-// fresh snapshot, drops those that meanwhile got a pending delivery from a
-// resend that committed before the lock, and deletes the rest. A resend
-// that comes after the lock waits for it and then finds no event.
-func (s *Store) PruneEvents(ctx context.Context, sc payments.Scope, before time.Time, limit int) (int, error) {
-	n := 0
-	err := s.inTx(ctx, func(tx *txn) error {
-		const pick = `SELECT e.id FROM events e
-		WHERE e.merchant_id = $1 AND e.livemode = $2 AND e.created_at < $3
-			AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
-				WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = e.id AND d.status = 'pending')
-		ORDER BY e.created_at, e.id LIMIT $4
-		FOR UPDATE SKIP LOCKED`
-		var ids []string
-		if err := tx.SelectContext(ctx, &ids, pick, sc.MerchantID, sc.Live, before, limit); err != nil {
-			return fmt.Errorf("pick events to prune: %w", err)
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		const del = `WITH doomed AS (
-			SELECT unnest($3::text[]) AS id
-			EXCEPT
-			SELECT d.event_id FROM webhook_deliveries d
-			WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = ANY ($3::text[]) AND d.status = 'pending'
-		), deliveries AS (
-			DELETE FROM webhook_deliveries d
-			WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = ANY (ARRAY (SELECT id FROM doomed))
-		)
-		DELETE FROM events e WHERE e.id = ANY (ARRAY (SELECT id FROM doomed)) -- the primary key, not a join that scans events`
-		res, err := tx.ExecContext(ctx, del, sc.MerchantID, sc.Live, pq.StringArray(ids))
-		if err != nil {
-			return fmt.Errorf("prune events: %w", err)
-		}
-		rows, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("prune events: %w", err)
-		}
-		n = int(rows)
-		return nil
-	})
-	return n, err
 }

@@ -37,7 +37,7 @@ const legacyClaimStale = 30 * time.Second
 // comes back and no transaction stays open.
 //
 // A request racing an in-flight one with the same key blocks on the key's
-// unique index until that one commits (then it gets its record) or rolls
+// advisory lock (see claim) until that one commits (then it gets its record) or rolls
 // back (then the claim is its own). It waits at most wait, then gets
 // payments.ErrKeyInFlight.
 func (s *Store) BeginIdempotent(ctx context.Context, sc payments.Scope, key string, hash []byte, now time.Time, ttl, wait time.Duration) (context.Context, *payments.StoredResponse, error) {
@@ -59,50 +59,36 @@ func (s *Store) BeginIdempotent(ctx context.Context, sc payments.Scope, key stri
 	return rctx, nil, nil
 }
 
-// claim inserts the key's row in the request's transaction. The lock
-// timeout bounds the wait on an in-flight claim of the same key; it is set
-// by the statement itself (set_config in lt, read before the insert) and
-// put back by its RETURNING, so it costs no round trip and no other
-// statement of the request inherits it. A conflict with a stored record
-// returns no row, and the record is read in a second statement, whose
-// snapshot sees what the first request committed.
+// claim claims key in the request's transaction through idempotency_claim
+// (migrations/0016_partitions.sql), one statement: it waits at most wait
+// on the key's advisory lock while another request holds the key (then
+// payments.ErrKeyInFlight), and returns either the claim (nil) or the
+// key's stored record. The claim's time, its partition, is kept on rt for
+// SaveIdempotent.
 func (s *Store) claim(ctx context.Context, rt *requestTx, sc payments.Scope, key string, hash []byte, now time.Time, ttl, wait time.Duration) (*payments.StoredResponse, error) {
-	const q = `WITH lt AS (
-		SELECT current_setting('lock_timeout') AS prev, set_config('lock_timeout', $8, true) AS cur
-	)
-	INSERT INTO idempotency_keys AS k (merchant_id, livemode, key, request_hash, locked_at, expires_at)
-	SELECT $1, $2, $3, $4, $5, $6 FROM lt
-	ON CONFLICT (merchant_id, livemode, key) DO UPDATE SET request_hash = EXCLUDED.request_hash,
-		status = NULL, response = NULL, request_id = NULL, locked_at = EXCLUDED.locked_at, expires_at = EXCLUDED.expires_at
-		WHERE k.expires_at < $5 -- expired but not pruned yet: a new key
-			OR (k.status IS NULL AND k.locked_at < $7) -- see legacyClaimStale
-	RETURNING (SELECT set_config('lock_timeout', prev, true) FROM lt)`
-	var restored string
-	err := rt.tx.GetContext(ctx, &restored, q, sc.MerchantID, sc.Live, key, hash, now, now.Add(ttl),
-		now.Add(-legacyClaimStale), fmt.Sprintf("%dms", wait.Milliseconds()))
-	var pqErr *pq.Error
-	switch {
-	case err == nil:
-		return nil, nil // claimed
-	case errors.As(err, &pqErr) && pqErr.Code == "55P03": // lock_not_available
-		return nil, payments.ErrKeyInFlight
-	case !errors.Is(err, sql.ErrNoRows):
-		return nil, fmt.Errorf("claim idempotency key: %w", err)
-	}
+	const q = `SELECT claimed, request_hash, status, response, request_id
+	FROM idempotency_claim($1, $2, $3, $4, $5, $6, $7, $8)`
 	var r struct {
+		Claimed     bool           `db:"claimed"`
 		RequestHash []byte         `db:"request_hash"`
 		Status      sql.NullInt32  `db:"status"`
 		Response    []byte         `db:"response"`
 		RequestID   sql.NullString `db:"request_id"`
 	}
-	const sel = `SELECT request_hash, status, response, request_id FROM idempotency_keys
-	WHERE merchant_id = $1 AND livemode = $2 AND key = $3`
-	err = rt.tx.GetContext(ctx, &r, sel, sc.MerchantID, sc.Live, key)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && !r.Status.Valid) {
-		return nil, payments.ErrKeyInFlight // pruned meanwhile, or a legacy claim: ask for a retry
-	}
-	if err != nil {
-		return nil, fmt.Errorf("select idempotency key: %w", err)
+	now = now.Truncate(time.Microsecond) // as PostgreSQL keeps it: SaveIdempotent finds the row by it
+	err := rt.tx.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, key, hash, now, now.Add(ttl),
+		now.Add(-legacyClaimStale), fmt.Sprintf("%dms", wait.Milliseconds()))
+	var pqErr *pq.Error
+	switch {
+	case errors.As(err, &pqErr) && pqErr.Code == "55P03": // lock_not_available
+		return nil, payments.ErrKeyInFlight
+	case err != nil:
+		return nil, fmt.Errorf("claim idempotency key: %w", err)
+	case r.Claimed:
+		rt.keyCreated = now
+		return nil, nil
+	case !r.Status.Valid:
+		return nil, payments.ErrKeyInFlight // a legacy claim: ask for a retry
 	}
 	return &payments.StoredResponse{RequestHash: r.RequestHash, Status: int(r.Status.Int32), Body: r.Response, RequestID: r.RequestID.String}, nil
 }
@@ -116,18 +102,9 @@ func (s *Store) SaveIdempotent(ctx context.Context, sc payments.Scope, key strin
 		return errors.New("save idempotent response: no request transaction")
 	}
 	const q = `UPDATE idempotency_keys SET status = $4, response = $5, request_id = $6
-	WHERE merchant_id = $1 AND livemode = $2 AND key = $3`
-	if _, err := rt.tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, key, status, body, requestID); err != nil {
+	WHERE merchant_id = $1 AND livemode = $2 AND key = $3 AND created_at = $7`
+	if _, err := rt.tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, key, status, body, requestID, rt.keyCreated); err != nil {
 		return fmt.Errorf("store idempotent response: %w", err)
 	}
 	return nil
-}
-
-// PruneIdempotency deletes expired keys.
-func (s *Store) PruneIdempotency(ctx context.Context, now time.Time) (int64, error) {
-	res, err := s.q.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE expires_at < $1`, now)
-	if err != nil {
-		return 0, fmt.Errorf("prune idempotency keys: %w", err)
-	}
-	return res.RowsAffected()
 }

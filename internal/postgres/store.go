@@ -162,6 +162,8 @@ type requestTx struct {
 	tx   *sqlx.Tx
 	jobs []payments.Job // of the savepoints that succeeded, enqueued after the commit
 	done bool
+	// keyCreated is the claimed Idempotency-Key's created_at (its partition).
+	keyCreated time.Time
 }
 
 type requestTxKey struct{}
@@ -300,11 +302,11 @@ type cursor struct {
 	ID        string    `db:"id"`
 }
 
-// loadCursor finds the starting_after row in the caller's scope; an unknown
-// id is a validation_error, not an empty page.
-func (s *Store) loadCursor(ctx context.Context, q string, sc payments.Scope, id string) (cursor, error) {
+// loadCursor finds the starting_after row in the caller's scope (q's $1
+// to $3, then more); an unknown id is a validation_error, not an empty page.
+func (s *Store) loadCursor(ctx context.Context, q string, sc payments.Scope, id string, more ...any) (cursor, error) {
 	var c cursor
-	err := s.q.GetContext(ctx, &c, q, sc.MerchantID, sc.Live, id)
+	err := s.q.GetContext(ctx, &c, q, append([]any{sc.MerchantID, sc.Live, id}, more...)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, payments.Invalid("starting_after", "is not a known id: '%s'", id)
 	}

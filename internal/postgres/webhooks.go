@@ -220,11 +220,12 @@ func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id strin
 		we.id AS endpoint_id, we.url, we.secret_sealed, (we.status = 'enabled' AND we.deleted_at IS NULL) AS endpoint_ok,
 		CASE WHEN we.previous_secret_expires_at > now() THEN we.previous_secret_sealed END AS previous_secret_sealed
 	FROM webhook_deliveries d
-	JOIN events e ON e.id = d.event_id
+	JOIN events e ON e.id = d.event_id AND e.created_at = d.event_created_at -- its partition
 	JOIN webhook_endpoints we ON we.id = d.endpoint_id
-	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.id = $3`
+	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.id = $3 AND d.event_created_at >= coalesce($4::timestamptz, '-infinity') AND d.event_created_at < coalesce($5::timestamptz, 'infinity')`
+	lo, hi := idSpan(id)
 	var r deliveryRow
-	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id)
+	err := s.q.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, id, lo, hi)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.Delivery{}, payments.ErrDeliveryNotFound
 	}
@@ -250,6 +251,7 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 	if a.HTTPStatus != 0 {
 		httpStatus = &a.HTTPStatus
 	}
+	lo, hi := idSpan(d.ID)
 	if a.OK() {
 		// The common case in one statement and no explicit transaction. The
 		// endpoint row is written (and locked) only when it had failures to
@@ -261,16 +263,17 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 		const ok = `WITH d AS (
 			UPDATE webhook_deliveries SET status = 'succeeded', attempts = attempts + 1, last_status = $5,
 				last_error = NULL, delivered_at = $6
-			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND status = 'pending'
+			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at >= coalesce($9::timestamptz, '-infinity') AND event_created_at < coalesce($10::timestamptz, 'infinity') AND status = 'pending'
 		), a AS (
-			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, created_at)
-			VALUES ($7, $1, $2, $3, $5, $8, $6)
+			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, created_at, event_created_at)
+			SELECT $7, $1, $2, $3, $5, $8, $6, event_created_at FROM webhook_deliveries
+			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at >= coalesce($9::timestamptz, '-infinity') AND event_created_at < coalesce($10::timestamptz, 'infinity')
 		)
 		UPDATE webhook_endpoints SET consecutive_failures = 0, last_delivery_at = greatest(last_delivery_at, $6)
 		WHERE merchant_id = $1 AND livemode = $2 AND id = $4
 			AND (consecutive_failures <> 0 OR last_delivery_at IS NULL
 				OR date_trunc('second', last_delivery_at) < date_trunc('second', $6::timestamptz))`
-		if _, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, httpStatus, a.At, a.ID, a.ResponseBody); err != nil {
+		if _, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, httpStatus, a.At, a.ID, a.ResponseBody, lo, hi); err != nil {
 			return false, fmt.Errorf("record delivery: %w", err)
 		}
 		return false, nil
@@ -300,15 +303,16 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 			lastError += "; endpoint disabled (" + reason + ")"
 		}
 		const upd = `WITH a AS (
-			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, error, created_at)
-			VALUES ($8, $1, $2, $3, $5, $9, $10, $11)
+			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, error, created_at, event_created_at)
+			SELECT $8, $1, $2, $3, $5, $9, $10, $11, event_created_at FROM webhook_deliveries
+			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at >= coalesce($12::timestamptz, '-infinity') AND event_created_at < coalesce($13::timestamptz, 'infinity')
 		)
 		UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, last_status = $5,
 			last_error = $6, next_attempt_at = $7
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $3
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at >= coalesce($12::timestamptz, '-infinity') AND event_created_at < coalesce($13::timestamptz, 'infinity')
 			AND status = 'pending' -- a delivery cancelled meanwhile (endpoint deleted) stays so`
 		if _, err := tx.ExecContext(ctx, upd, d.MerchantID, d.Live, d.ID, status, httpStatus, lastError, a.NextAttempt,
-			a.ID, a.ResponseBody, a.Error, a.At); err != nil {
+			a.ID, a.ResponseBody, a.Error, a.At, lo, hi); err != nil {
 			return fmt.Errorf("record attempt: %w", err)
 		}
 		if reason == "" {
@@ -328,8 +332,9 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 // FailDelivery marks a delivery failed without an attempt (endpoint gone).
 func (s *Store) FailDelivery(ctx context.Context, d payments.Delivery, reason string) error {
 	const q = `UPDATE webhook_deliveries SET status = 'failed', last_error = $4
-	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND status = 'pending'`
-	if _, err := s.q.ExecContext(ctx, q, d.MerchantID, d.Live, d.ID, reason); err != nil {
+	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at >= coalesce($5::timestamptz, '-infinity') AND event_created_at < coalesce($6::timestamptz, 'infinity') AND status = 'pending'`
+	lo, hi := idSpan(d.ID)
+	if _, err := s.q.ExecContext(ctx, q, d.MerchantID, d.Live, d.ID, reason, lo, hi); err != nil {
 		return fmt.Errorf("fail delivery: %w", err)
 	}
 	return nil

@@ -20,11 +20,10 @@ var Queues = map[string]int{QueueCritical: 6, QueueDefault: 3, QueueLow: 1}
 
 // Maintenance task types, enqueued by the scheduler.
 const (
-	TypePruneIdempotency   = "maintenance:prune_idempotency"
 	TypePruneViolations    = "maintenance:prune_violations"
 	TypeExpireSessions     = "sessions:expire"
 	TypeCloseDisputes      = "disputes:close_overdue"
-	TypePruneEvents        = "maintenance:prune_events"
+	TypePartitions         = "maintenance:partitions"
 	TypeRenewSubscriptions = "subscriptions:renew"
 )
 
@@ -44,17 +43,14 @@ func NewExpireSessions() *asynq.Task {
 	return asynq.NewTask(TypeExpireSessions, nil, asynq.Queue(QueueDefault), asynq.MaxRetry(3), asynq.Timeout(5*time.Minute))
 }
 
-// NewPruneIdempotency deletes expired Idempotency-Key records.
-func NewPruneIdempotency() *asynq.Task {
-	return asynq.NewTask(TypePruneIdempotency, nil, asynq.Queue(QueueLow), asynq.MaxRetry(3), asynq.Timeout(5*time.Minute))
-}
-
 // NewPruneViolations deletes content violations past the suspension window.
 func NewPruneViolations() *asynq.Task {
 	return asynq.NewTask(TypePruneViolations, nil, asynq.Queue(QueueLow), asynq.MaxRetry(3), asynq.Timeout(5*time.Minute))
 }
 
-// NewPruneEvents deletes events older than EVENT_RETENTION, in batches.
-func NewPruneEvents() *asynq.Task {
-	return asynq.NewTask(TypePruneEvents, nil, asynq.Queue(QueueLow), asynq.MaxRetry(3), asynq.Timeout(30*time.Minute))
+// NewMaintainPartitions creates the partitions of the days ahead and drops
+// the expired ones: the retention of events, webhook deliveries and
+// Idempotency-Key records (internal/postgres partitions.go).
+func NewMaintainPartitions() *asynq.Task {
+	return asynq.NewTask(TypePartitions, nil, asynq.Queue(QueueLow), asynq.MaxRetry(3), asynq.Timeout(10*time.Minute))
 }

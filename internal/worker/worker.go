@@ -14,7 +14,7 @@ import (
 
 // MaintenanceStore is what the housekeeping tasks need from storage.
 type MaintenanceStore interface {
-	PruneIdempotency(ctx context.Context, now time.Time) (int64, error)
+	MaintainPartitions(ctx context.Context, now time.Time, keepEvents, keepKeys time.Duration) (payments.PartitionChanges, error)
 	PruneViolations(ctx context.Context, before time.Time) (int64, error)
 }
 
@@ -30,11 +30,10 @@ type Handlers struct {
 
 // Register adds every handler to mux.
 func (h *Handlers) Register(mux *asynq.ServeMux) {
-	mux.HandleFunc(tasks.TypePruneIdempotency, h.pruneIdempotency)
+	mux.HandleFunc(tasks.TypePartitions, h.maintainPartitions)
 	mux.HandleFunc(tasks.TypePruneViolations, h.pruneViolations)
 	mux.HandleFunc(tasks.TypeExpireSessions, h.expireSessions)
 	mux.HandleFunc(tasks.TypeCloseDisputes, h.closeOverdueDisputes)
-	mux.HandleFunc(tasks.TypePruneEvents, h.pruneEvents)
 	mux.HandleFunc(tasks.TypeRenewSubscriptions, h.renewSubscriptions)
 	h.registerMoney(mux)
 }
@@ -67,13 +66,20 @@ func (h *Handlers) sweep(ctx context.Context, what string, batch func(ctx contex
 	return nil
 }
 
-func (h *Handlers) pruneIdempotency(ctx context.Context, _ *asynq.Task) error {
-	n, err := h.Store.PruneIdempotency(ctx, h.Service.Clock().Base())
-	if err != nil {
-		return err
+// maintainPartitions creates the partitions of the days ahead and drops
+// the expired ones (postgres.MaintainPartitions): events with their
+// deliveries and attempts after EVENT_RETENTION, Idempotency-Key records
+// after payments.IdempotencyTTL.
+func (h *Handlers) maintainPartitions(ctx context.Context, _ *asynq.Task) error {
+	keep := h.EventRetention
+	if keep <= 0 {
+		keep = payments.EventRetention
 	}
-	h.Log.InfoContext(ctx, "pruned idempotency keys", "deleted", n)
-	return nil
+	ch, err := h.Store.MaintainPartitions(ctx, h.Service.Clock().Base(), keep, payments.IdempotencyTTL)
+	if len(ch.Created) > 0 || len(ch.Dropped) > 0 {
+		h.Log.InfoContext(ctx, "partitions maintained", "created", ch.Created, "dropped", ch.Dropped)
+	}
+	return err
 }
 
 func (h *Handlers) pruneViolations(ctx context.Context, _ *asynq.Task) error {
@@ -85,47 +91,13 @@ func (h *Handlers) pruneViolations(ctx context.Context, _ *asynq.Task) error {
 	return nil
 }
 
-// pruneBatch bounds one statement of the event retention sweep: each batch
-// is its own short transaction, so the API never waits on the sweep.
-const pruneBatch = 1000
-
-// pruneEvents deletes events past their retention, a batch at a time, with
-// their finished deliveries; events still owed to an endpoint stay.
-func (h *Handlers) pruneEvents(ctx context.Context, _ *asynq.Task) error {
-	keep := h.EventRetention
-	if keep <= 0 {
-		keep = payments.EventRetention
-	}
-	before := h.Service.Clock().Base().Add(-keep)
-	scopes, err := h.Service.EventScopes(ctx, before)
-	if err != nil {
-		return err
-	}
-	total := 0
-	for _, sc := range scopes {
-		for {
-			n, err := h.Service.PruneEvents(ctx, sc, before, pruneBatch)
-			if err != nil {
-				return err
-			}
-			total += n
-			if n < pruneBatch {
-				break
-			}
-		}
-	}
-	h.Log.InfoContext(ctx, "pruned events", "deleted", total)
-	return nil
-}
-
 // Schedule is what cmd/scheduler enqueues (Periodic): spec (see Every) → task.
 func Schedule() map[string]func() *asynq.Task {
 	return map[string]func() *asynq.Task{
-		"@every 10m": tasks.NewPruneIdempotency,
 		"@every 1h":  tasks.NewPruneViolations,
 		"@every 1m":  tasks.NewExpireSessions,
 		"@every 5m":  tasks.NewCloseOverdueDisputes,
-		"@hourly":    tasks.NewPruneEvents,
+		"@hourly":    tasks.NewMaintainPartitions,
 		"@every 60s": tasks.NewRenewSubscriptions, // a second key for every minute
 	}
 }

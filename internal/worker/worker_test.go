@@ -30,7 +30,7 @@ func TestScheduleHasBothMaintenanceTasks(t *testing.T) {
 		got = append(got, tk.Type())
 	}
 	slices.Sort(got)
-	want := []string{tasks.TypePruneIdempotency, tasks.TypePruneViolations, tasks.TypeExpireSessions, tasks.TypeCloseDisputes, tasks.TypePruneEvents, tasks.TypeRenewSubscriptions}
+	want := []string{tasks.TypePartitions, tasks.TypePruneViolations, tasks.TypeExpireSessions, tasks.TypeCloseDisputes, tasks.TypeRenewSubscriptions}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("Schedule() task types: got %v, want %v", got, want)
@@ -49,21 +49,21 @@ func insertMerchant(t *testing.T, db *sqlx.DB) string {
 
 // Not parallel: asynq servers of one test binary share the Redis DB and
 // would take each other's tasks.
-func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
+func TestMaintenanceTasksDropOnlyOldRows(t *testing.T) {
 	db := testenv.DB(t)
 	redisOpt := testenv.RedisOpt(t)
 	mch := insertMerchant(t, db)
 	now := time.Now()
 
-	// Idempotency keys: expired ones go, live ones (also in flight) stay.
+	// Idempotency keys: the weeks whose keys have all expired go (a
+	// partition a week, dropped a TTL after the week ends), the others stay.
 	idem := []struct {
 		key       string
 		expiresAt time.Time
 		status    any
 		wantKept  bool
 	}{
-		{"expired-completed", now.Add(-time.Hour), 200, false},
-		{"expired-in-flight", now.Add(-time.Minute), nil, false},
+		{"expired-eight-days-ago", now.Add(-8 * 24 * time.Hour), 200, false},
 		{"expired-long-ago", now.Add(-30 * 24 * time.Hour), 201, false},
 		{"live-completed", now.Add(time.Hour), 200, true},
 		{"live-in-flight", now.Add(23 * time.Hour), nil, true},
@@ -71,8 +71,9 @@ func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
 	for _, k := range idem {
 		hash := make([]byte, 32)
 		_, _ = rand.Read(hash)
-		_, err := db.Exec(`INSERT INTO idempotency_keys (merchant_id, livemode, key, request_hash, status, locked_at, expires_at)
-			VALUES ($1, false, $2, $3, $4, $5, $6)`, mch, k.key, hash, k.status, k.expiresAt.Add(-24*time.Hour), k.expiresAt)
+		created := k.expiresAt.Add(-payments.IdempotencyTTL)
+		_, err := db.Exec(`INSERT INTO idempotency_keys (merchant_id, livemode, key, request_hash, status, locked_at, expires_at, created_at)
+			VALUES ($1, false, $2, $3, $4, $5, $6, $5)`, mch, k.key, hash, k.status, created, k.expiresAt)
 		if err != nil {
 			t.Fatalf("insert idempotency key %s: %v", k.key, err)
 		}
@@ -96,20 +97,22 @@ func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
 		}
 	}
 
-	// Events: past EVENT_RETENTION (here 1000h, above the 720h default, so
-	// a kept one shows the setting is used) they go, with their finished
-	// deliveries; one with a pending delivery stays.
+	// Events: the weeks that ended EVENT_RETENTION ago (here 1000h, above
+	// the 720h default, so a kept one shows the setting is used) go, with
+	// their finished deliveries; a week holding a pending delivery stays.
 	keep := 1000 * time.Hour
+	old, older := now.Add(-keep-8*24*time.Hour), now.Add(-keep-16*24*time.Hour)
 	evs := []struct {
 		id       string
 		created  time.Time
 		delivery string // "" for none
 		wantKept bool
 	}{
-		{payments.NewID("evt_"), now.Add(-keep - time.Hour), "", false},
-		{payments.NewID("evt_"), now.Add(-keep - time.Hour), "succeeded", false},
-		{payments.NewID("evt_"), now.Add(-keep - time.Hour), "pending", true},
-		{payments.NewID("evt_"), now.Add(-keep + time.Hour), "", true},
+		{payments.NewID("evt_"), old, "", false},
+		{payments.NewTimedID("evt_", old), old, "succeeded", false},
+		{payments.NewTimedID("evt_", older), older, "pending", true},
+		{payments.NewID("evt_"), older, "", true}, // the pending delivery's week
+		{payments.NewTimedID("evt_", now.Add(-keep+time.Hour)), now.Add(-keep + time.Hour), "", true},
 	}
 	endpoint := payments.NewID("we_")
 	if _, err := db.Exec(`INSERT INTO webhook_endpoints (id, merchant_id, livemode, url, events, status, secret_sealed)
@@ -122,8 +125,8 @@ func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
 			t.Fatalf("insert event: %v", err)
 		}
 		if e.delivery != "" {
-			if _, err := db.Exec(`INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at)
-				VALUES ($1, $2, false, $3, $4, $5, $6)`, payments.NewID("whd_"), mch, e.id, endpoint, e.delivery, e.created); err != nil {
+			if _, err := db.Exec(`INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, event_created_at)
+				VALUES ($1, $2, false, $3, $4, $5, $6, $6)`, payments.NewTimedID("whd_", e.created), mch, e.id, endpoint, e.delivery, e.created); err != nil {
 				t.Fatalf("insert delivery: %v", err)
 			}
 		}
@@ -152,7 +155,7 @@ func TestPruneTasksDeleteOnlyOldRows(t *testing.T) {
 	client := asynq.NewClient(redisOpt)
 	defer client.Close()
 	var ids []string
-	for _, task := range []*asynq.Task{tasks.NewPruneIdempotency(), tasks.NewPruneViolations(), tasks.NewPruneEvents()} {
+	for _, task := range []*asynq.Task{tasks.NewPruneViolations(), tasks.NewMaintainPartitions()} {
 		// Retention keeps the completed task visible to the inspector.
 		info, err := client.Enqueue(task, asynq.Retention(time.Hour))
 		if err != nil {

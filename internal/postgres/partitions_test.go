@@ -1,0 +1,569 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/pressly/goose/v3"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/testenv"
+	"paysvc/migrations"
+)
+
+var freshDBs atomic.Int64
+
+// freshDB creates a database of its own for the test (partition
+// maintenance drops whole weeks, which the package's shared database must
+// not see), migrated up to version (0: every migration), on the server
+// itself.
+func freshDB(t *testing.T, version int64) *sqlx.DB {
+	t.Helper()
+	u, err := url.Parse(testenv.DirectDatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sqlx.Open("postgres", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	// testenv drops paysvc_t_…_<pid> databases of processes that are gone.
+	name := fmt.Sprintf("paysvc_t_part%d_%d", freshDBs.Add(1), os.Getpid())
+	if _, err := admin.Exec(`CREATE DATABASE ` + name); err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	db, err := sqlx.Open("postgres", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		db.Close()
+		if a, err := sqlx.Open("postgres", testenv.DirectDatabaseURL(t)); err == nil {
+			a.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`) //nolint:errcheck // best effort
+			a.Close()
+		}
+	})
+	p, err := goose.NewProvider(goose.DialectPostgres, db.DB, migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version == 0 {
+		_, err = p.Up(context.Background())
+	} else {
+		_, err = p.UpTo(context.Background(), version)
+	}
+	if err != nil {
+		t.Fatalf("migrate %s: %v", name, err)
+	}
+	return db
+}
+
+// relations lists the database's tables (partitions included).
+func relations(t *testing.T, db *sqlx.DB) []string {
+	t.Helper()
+	var names []string
+	if err := db.Select(&names, `SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') AND relnamespace = 'public'::regnamespace ORDER BY relname`); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func week(t time.Time) string { return postgres.WeekStart(t).Format("20060102") }
+
+// seedScope inserts a merchant and an enabled endpoint.
+func seedScope(t *testing.T, db *sqlx.DB) (payments.Scope, string) {
+	t.Helper()
+	sc := payments.Scope{MerchantID: payments.NewID("mch_")}
+	if _, err := db.Exec(`INSERT INTO merchants (id, name, plan) VALUES ($1, 'Partitions', 'free')`, sc.MerchantID); err != nil {
+		t.Fatal(err)
+	}
+	we := payments.NewID("we_")
+	if _, err := db.Exec(`INSERT INTO webhook_endpoints (id, merchant_id, livemode, url, events, status, secret_sealed)
+		VALUES ($1, $2, false, 'https://hooks.example/in', '["*"]', 'enabled', '\x00')`, we, sc.MerchantID); err != nil {
+		t.Fatal(err)
+	}
+	return sc, we
+}
+
+// TestMigrationKeepsEveryRow: rows written in the shape before 0016 (ids
+// without time, events past, present and ahead on a sandbox clock,
+// deliveries, attempts, Idempotency-Key records) are all there after it,
+// column for column; the old ids are still found; seq goes on; and the
+// first maintenance run gives the rows of the default partition their week.
+func TestMigrationKeepsEveryRow(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 15)
+	sc, we := seedScope(t, db)
+	now := time.Now().UTC()
+	var eventIDs []string
+	for i, created := range []time.Time{now.Add(-40 * 24 * time.Hour), now.Add(-3 * 24 * time.Hour), now, now.Add(60 * 24 * time.Hour)} {
+		for j := range 3 {
+			id := payments.NewID("evt_")
+			eventIDs = append(eventIDs, id)
+			if _, err := db.Exec(`INSERT INTO events (id, merchant_id, livemode, type, data, created_at) VALUES ($1, $2, false, 'charge.refunded', $3, $4)`,
+				id, sc.MerchantID, fmt.Sprintf(`{"id": "re_%d_%d"}`, i, j), created.Add(time.Duration(j)*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			d := payments.NewID("whd_") // no time: the ids of before
+			status := []string{"pending", "succeeded", "failed"}[j]
+			if _, err := db.Exec(`INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, created_at)
+				VALUES ($1, $2, false, $3, $4, $5, $6, $6)`, d, sc.MerchantID, id, we, status, created); err != nil {
+				t.Fatal(err)
+			}
+			for k := range j + 1 {
+				if _, err := db.Exec(`INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, created_at)
+					VALUES ($1, $2, false, $3, 500, 'nope', $4)`, payments.NewID("wha_"), sc.MerchantID, d, created.Add(time.Duration(k)*time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for i, locked := range []time.Time{now.Add(-30 * time.Hour), now.Add(-time.Hour), now} {
+		var status any = 200
+		if i == 2 {
+			status = nil
+		}
+		if _, err := db.Exec(`INSERT INTO idempotency_keys (merchant_id, livemode, key, request_hash, status, response, request_id, locked_at, expires_at)
+			VALUES ($1, false, $2, '\x01', $3, '\x02', 'req_1', $4, $5)`, sc.MerchantID, fmt.Sprintf("key-%d", i), status, locked, locked.Add(24*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every column of every row, in one text per table.
+	digests := map[string]string{
+		"events":             `SELECT count(*) || ':' || md5(string_agg(concat_ws('|', id, seq, merchant_id, livemode, type, data, created_at), ',' ORDER BY id)) FROM events`,
+		"webhook_deliveries": `SELECT count(*) || ':' || md5(string_agg(concat_ws('|', id, merchant_id, livemode, event_id, endpoint_id, status, attempts, last_status, last_error, next_attempt_at, delivered_at, created_at), ',' ORDER BY id)) FROM webhook_deliveries`,
+		"webhook_attempts":   `SELECT count(*) || ':' || md5(string_agg(concat_ws('|', id, merchant_id, livemode, delivery_id, http_status, response_body, error, created_at), ',' ORDER BY id)) FROM webhook_attempts`,
+		"idempotency_keys":   `SELECT count(*) || ':' || md5(string_agg(concat_ws('|', merchant_id, livemode, key, request_hash, status, response, request_id, locked_at, expires_at), ',' ORDER BY key)) FROM idempotency_keys`,
+	}
+	digest := func() map[string]string {
+		out := map[string]string{}
+		for table, q := range digests {
+			var d string
+			if err := db.Get(&d, q); err != nil {
+				t.Fatalf("digest %s: %v", table, err)
+			}
+			out[table] = d
+		}
+		return out
+	}
+	before := digest()
+	for table, want := range map[string]string{"events": "12:", "webhook_deliveries": "12:", "webhook_attempts": "24:", "idempotency_keys": "3:"} {
+		if !strings.HasPrefix(before[table], want) {
+			t.Fatalf("seeded %s: got %s, want %s rows", table, before[table], want)
+		}
+	}
+	var maxSeq int64
+	if err := db.Get(&maxSeq, `SELECT max(seq) FROM events`); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := postgres.Migrate(context.Background(), db.DB); err != nil {
+		t.Fatal(err)
+	}
+	if after := digest(); !maps(before, after) {
+		t.Fatalf("after the migration: got %v, want %v", after, before)
+	}
+	var partitioned int
+	if err := db.Get(&partitioned, `SELECT count(*) FROM pg_partitioned_table pt JOIN pg_class c ON c.oid = pt.partrelid
+		WHERE c.relname IN ('events', 'webhook_deliveries', 'webhook_attempts', 'idempotency_keys')`); err != nil || partitioned != 4 {
+		t.Fatalf("partitioned tables: got %d (%v), want 4", partitioned, err)
+	}
+	cut := week(now.AddDate(0, 0, 7))
+	var inDefault, inBefore int
+	if err := db.Get(&inDefault, `SELECT count(*) FROM events_default`); err != nil || inDefault != 3 {
+		t.Errorf("events_default: got %d rows (%v), want the 3 dated ahead", inDefault, err)
+	}
+	if err := db.Get(&inBefore, `SELECT count(*) FROM events_before_`+cut); err != nil || inBefore != 9 {
+		t.Errorf("events_before_%s: got %d rows (%v), want 9", cut, inBefore, err)
+	}
+	var eventAt time.Time
+	if err := db.Get(&eventAt, `SELECT d.event_created_at FROM webhook_deliveries d JOIN events e ON e.id = d.event_id
+		WHERE d.event_created_at <> e.created_at LIMIT 1`); err == nil {
+		t.Errorf("a delivery's event_created_at is not its event's created_at (%v)", eventAt)
+	}
+
+	store := postgres.New(db)
+	bg := context.Background()
+	for _, id := range eventIDs {
+		if _, err := store.Event(bg, sc, id); err != nil {
+			t.Errorf("Event(%s), an id from before: %v", id, err)
+		}
+	}
+	pg, err := store.EventPage(bg, sc, payments.EventFilter{ListParams: payments.ListParams{Limit: 5}, Prefix: true})
+	if err != nil || len(pg.Data) != 5 || !pg.HasMore {
+		t.Fatalf("EventPage: got %d events, more %v (%v), want 5 and more", len(pg.Data), pg.HasMore, err)
+	}
+	next, err := store.EventPage(bg, sc, payments.EventFilter{ListParams: payments.ListParams{Limit: 5, StartingAfter: pg.Data[4].ID}, Prefix: true})
+	if err != nil || len(next.Data) != 5 || next.Data[0].ID == pg.Data[4].ID {
+		t.Fatalf("EventPage after %s: got %d events (%v), want the next 5", pg.Data[4].ID, len(next.Data), err)
+	}
+	if _, err := db.Exec(`INSERT INTO events (id, merchant_id, livemode, type, data) VALUES ('evt_new', $1, false, 'charge.refunded', '{}')`, sc.MerchantID); err != nil {
+		t.Fatal(err)
+	}
+	var seq int64
+	if err := db.Get(&seq, `SELECT seq FROM events WHERE id = 'evt_new'`); err != nil || seq <= maxSeq {
+		t.Errorf("seq of a new event: got %d (%v), want more than %d", seq, err, maxSeq)
+	}
+	if _, err := db.Exec(`DELETE FROM events WHERE id = 'evt_new'`); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first maintenance run: weeks ahead created, the rows dated ahead
+	// moved into their week, nothing dropped yet (the _before_ partition
+	// ends tomorrow).
+	ch, err := store.MaintainPartitions(bg, now, payments.EventRetention, payments.IdempotencyTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch.Dropped) != 0 {
+		t.Errorf("first run dropped %v, want nothing", ch.Dropped)
+	}
+	ahead := week(now.Add(60 * 24 * time.Hour))
+	for _, want := range []string{"events_" + ahead, "webhook_deliveries_" + ahead, "webhook_attempts_" + ahead, "events_" + week(now.AddDate(0, 0, 7))} {
+		if !slices.Contains(ch.Created, want) {
+			t.Errorf("first run created %v, want %s among them", ch.Created, want)
+		}
+	}
+	if slices.Contains(ch.Created, "events_"+week(now)) {
+		t.Errorf("first run created events_%s, which the _before_ partition covers", week(now))
+	}
+	if after := digest(); !maps(before, after) {
+		t.Fatalf("after the first maintenance run: got %v, want %v", after, before)
+	}
+	if err := db.Get(&inDefault, `SELECT count(*) FROM events_default`); err != nil || inDefault != 0 {
+		t.Errorf("events_default after maintenance: got %d rows (%v), want 0", inDefault, err)
+	}
+}
+
+func maps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// insertOldEvent writes an event with one delivery of status (and an
+// attempt), dated created, with timed ids as the store mints them.
+func insertOldEvent(t *testing.T, db *sqlx.DB, sc payments.Scope, we string, created time.Time, status string) (evt, whd string) {
+	t.Helper()
+	evt, whd = payments.NewTimedID("evt_", created), payments.NewTimedID("whd_", created)
+	if _, err := db.Exec(`INSERT INTO events (id, merchant_id, livemode, type, data, created_at) VALUES ($1, $2, false, 'charge.refunded', '{"id": "re_1"}', $3)`,
+		evt, sc.MerchantID, created); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, created_at, event_created_at)
+		VALUES ($1, $2, false, $3, $4, $5, $6, $6, $6)`, whd, sc.MerchantID, evt, we, status, created); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, created_at, event_created_at)
+		VALUES ($1, $2, false, $3, 500, $4, $4)`, payments.NewID("wha_"), sc.MerchantID, whd, created); err != nil {
+		t.Fatal(err)
+	}
+	return evt, whd
+}
+
+// TestPartitionMaintenance: partitions are created ahead (by two runs at
+// once, as two schedulers would); expired weeks are dropped with their
+// deliveries and attempts, except a week still owing a delivery (a resend
+// of an old event lands in it) until that delivery ends; Idempotency-Key
+// weeks go a TTL after they end; no other table loses a row or goes away.
+func TestPartitionMaintenance(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 0)
+	store := postgres.New(db)
+	bg := context.Background()
+	now := time.Now().UTC()
+	keep := payments.EventRetention
+
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = store.MaintainPartitions(bg, now, keep, payments.IdempotencyTTL)
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("two runs at once: %v, %v", errs[0], errs[1])
+	}
+	rels := relations(t, db)
+	for i := 0; i <= postgres.PartitionsAhead; i++ {
+		for _, table := range []string{"events", "webhook_deliveries", "webhook_attempts", "idempotency_keys"} {
+			if name := table + "_" + week(now.AddDate(0, 0, i)); !slices.Contains(rels, name) {
+				t.Errorf("after maintenance: no %s, want the weeks up to %d ahead", name, postgres.PartitionsAhead)
+			}
+		}
+	}
+	if slices.Contains(rels, "events_"+week(now.AddDate(0, 0, postgres.PartitionsAhead+7))) {
+		t.Errorf("got a partition a week beyond %d days ahead", postgres.PartitionsAhead)
+	}
+
+	sc, we := seedScope(t, db)
+	expired := now.Add(-keep - 8*24*time.Hour) // its week ended more than keep ago
+	owed := now.Add(-keep - 16*24*time.Hour)   // as old, but a delivery stays pending
+	recent := now.Add(-keep + 2*time.Hour)     // its week ends after keep
+	goneEvt, goneWhd := insertOldEvent(t, db, sc, we, expired, "succeeded")
+	owedEvt, owedWhd := insertOldEvent(t, db, sc, we, owed, "failed")
+	recentEvt, _ := insertOldEvent(t, db, sc, we, recent, "succeeded")
+	// A resend of the owed event: a pending delivery in the event's week.
+	rd, err := store.ResendEvent(bg, sc, owedEvt, we, now, func(string, payments.Endpoint) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := payments.IDTime(rd.ID); !ok || !at.Equal(owed.Truncate(time.Millisecond)) {
+		t.Errorf("resent delivery %s: carries %v, want its event's time %v", rd.ID, at, owed)
+	}
+	// Idempotency-Key records: a week whose keys all expired, and today's.
+	for _, k := range []struct {
+		key     string
+		created time.Time
+	}{{"old", now.Add(-payments.IdempotencyTTL - 8*24*time.Hour)}, {"live", now}} {
+		if _, err := db.Exec(`INSERT INTO idempotency_keys (merchant_id, livemode, key, request_hash, status, locked_at, expires_at, created_at)
+			VALUES ($1, false, $2, '\x01', 200, $3, $4, $3)`, sc.MerchantID, k.key, k.created, k.created.Add(payments.IdempotencyTTL)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Money rows dated as old as the dropped week stay: retention never
+	// touches them.
+	if _, err := db.Exec(`INSERT INTO ledger_entries (id, merchant_id, livemode, type, amount, currency, source_id, created_at)
+		VALUES ('le_old', $1, false, 'payment', 1000, 'usd', 'pi_old', $2)`, sc.MerchantID, expired); err != nil {
+		t.Fatal(err)
+	}
+	counts := func() map[string]int {
+		out := map[string]int{}
+		for _, table := range relations(t, db) {
+			if strings.HasPrefix(table, "events") || strings.HasPrefix(table, "webhook_deliveries") || strings.HasPrefix(table, "webhook_attempts") || strings.HasPrefix(table, "idempotency_keys") {
+				continue
+			}
+			var n int
+			if err := db.Get(&n, `SELECT count(*) FROM `+table); err != nil {
+				t.Fatal(err)
+			}
+			out[table] = n
+		}
+		return out
+	}
+	// A run that drops nothing gives the rows of the default partitions
+	// (every week above was past or too far ahead) their weeks.
+	forever := 100 * 365 * 24 * time.Hour
+	if _, err := store.MaintainPartitions(bg, now, forever, forever); err != nil {
+		t.Fatal(err)
+	}
+	others := counts()
+	rels = relations(t, db)
+	for _, name := range []string{"events_" + week(expired), "webhook_deliveries_" + week(owed), "idempotency_keys_" + week(now.Add(-payments.IdempotencyTTL-8*24*time.Hour))} {
+		if !slices.Contains(rels, name) {
+			t.Fatalf("after a run: no %s, want the weeks of the default partition's rows", name)
+		}
+	}
+	var resentIn string
+	if err := db.Get(&resentIn, `SELECT tableoid::regclass::text FROM webhook_deliveries WHERE id = $1`, rd.ID); err != nil || resentIn != "webhook_deliveries_"+week(owed) {
+		t.Errorf("resent delivery: in %q (%v), want webhook_deliveries_%s", resentIn, err, week(owed))
+	}
+
+	ch, err := store.MaintainPartitions(bg, now, keep, payments.IdempotencyTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantGone := []string{"events_" + week(expired), "webhook_attempts_" + week(expired), "webhook_deliveries_" + week(expired),
+		"idempotency_keys_" + week(now.Add(-payments.IdempotencyTTL-8*24*time.Hour))}
+	slices.Sort(wantGone)
+	got := slices.Clone(ch.Dropped)
+	slices.Sort(got)
+	if !slices.Equal(got, wantGone) {
+		t.Errorf("dropped %v, want %v", got, wantGone)
+	}
+	after := relations(t, db)
+	var vanished []string
+	for _, r := range rels {
+		if !slices.Contains(after, r) {
+			vanished = append(vanished, r)
+		}
+	}
+	if !slices.Equal(vanished, wantGone) {
+		t.Errorf("tables gone: got %v, want exactly %v", vanished, wantGone)
+	}
+	if got := counts(); !maps(strmap(got), strmap(others)) {
+		t.Errorf("other tables' rows: got %v, want %v", got, others)
+	}
+	if _, err := store.Event(bg, sc, goneEvt); err == nil {
+		t.Errorf("Event(%s) of a dropped week: found, want not found", goneEvt)
+	}
+	if _, err := store.DeliveryForSend(bg, sc, goneWhd); err == nil {
+		t.Errorf("DeliveryForSend(%s) of a dropped week: found", goneWhd)
+	}
+	for _, id := range []string{owedEvt, recentEvt} {
+		if _, err := store.Event(bg, sc, id); err != nil {
+			t.Errorf("Event(%s): %v, want it kept", id, err)
+		}
+	}
+	if d, err := store.DeliveryForSend(bg, sc, rd.ID); err != nil || d.Status != "pending" || d.EventID != owedEvt {
+		t.Errorf("DeliveryForSend(%s): got %+v, %v, want the pending resend of %s", rd.ID, d, err, owedEvt)
+	}
+	if d, err := store.EndpointDelivery(bg, sc, we, owedWhd); err != nil || len(d.Log) != 1 {
+		t.Errorf("EndpointDelivery(%s): got %+v, %v, want it with its attempt", owedWhd, d, err)
+	}
+	var keys []string
+	if err := db.Select(&keys, `SELECT key FROM idempotency_keys WHERE merchant_id = $1`, sc.MerchantID); err != nil || !slices.Equal(keys, []string{"live"}) {
+		t.Errorf("idempotency keys left: got %v (%v), want [live]", keys, err)
+	}
+
+	// The resend ends: the owed week goes at the next run.
+	if err := store.FailDelivery(bg, payments.Delivery{ID: rd.ID, MerchantID: sc.MerchantID}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	ch, err = store.MaintainPartitions(bg, now, keep, payments.IdempotencyTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(ch.Dropped, "events_"+week(owed)) || len(ch.Dropped) != 3 {
+		t.Errorf("after the resend failed: dropped %v, want the owed week's three partitions", ch.Dropped)
+	}
+	if _, err := store.Event(bg, sc, owedEvt); err == nil {
+		t.Errorf("Event(%s) after its week was dropped: found", owedEvt)
+	}
+	if _, err := store.ResendEvent(bg, sc, owedEvt, we, now, func(string, payments.Endpoint) error { return nil }); err == nil {
+		t.Errorf("resend of a dropped event: got no error, want not found")
+	}
+}
+
+func strmap(m map[string]int) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = fmt.Sprint(v)
+	}
+	return out
+}
+
+// TestLookupByIDReadsOnePartition: a timed id's lookup is planned on its
+// partition alone; an id from before the migration on every partition.
+func TestLookupByIDReadsOnePartition(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 0)
+	store := postgres.New(db)
+	bg := context.Background()
+	now := time.Now().UTC()
+	if _, err := store.MaintainPartitions(bg, now, payments.EventRetention, payments.IdempotencyTTL); err != nil {
+		t.Fatal(err)
+	}
+	sc, we := seedScope(t, db)
+	evt, whd := insertOldEvent(t, db, sc, we, now.Add(time.Hour), "pending")
+	plan := func(q string, args ...any) string {
+		t.Helper()
+		var lines []string
+		if err := db.Select(&lines, `EXPLAIN `+q, args...); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	const eq = `SELECT id FROM events WHERE merchant_id = $1 AND livemode = false AND id = $2
+		AND created_at >= coalesce($3::timestamptz, '-infinity') AND created_at < coalesce($4::timestamptz, 'infinity')`
+	at, _ := payments.IDTime(evt)
+	hi := at.Add(2 * time.Millisecond)
+	p := plan(eq, sc.MerchantID, evt, at, hi)
+	if n := strings.Count(p, " on events_"); n != 1 || !strings.Contains(p, "events_"+week(now.Add(time.Hour))) {
+		t.Errorf("timed id: got plan\n%s\nwant one partition, events_%s", p, week(now.Add(time.Hour)))
+	}
+	if p := plan(eq, sc.MerchantID, "evt_legacy", nil, nil); strings.Count(p, " on events_") < 2 {
+		t.Errorf("legacy id: got plan\n%s\nwant every partition", p)
+	}
+	// The store's own lookups find them.
+	if _, err := store.Event(bg, sc, evt); err != nil {
+		t.Error(err)
+	}
+	if d, err := store.DeliveryForSend(bg, sc, whd); err != nil || d.EventID != evt {
+		t.Errorf("DeliveryForSend(%s): got %+v, %v", whd, d, err)
+	}
+}
+
+// TestIdempotencyKeyAcrossPartitions: a key claimed just before a
+// partition boundary (its record in last week's partition) is replayed just
+// after it, not claimed again; once expired it is claimed afresh, in this
+// week's partition.
+func TestIdempotencyKeyAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 0)
+	store := postgres.New(db)
+	bg := context.Background()
+	midnight := postgres.WeekStart(time.Now()) // a partition boundary
+	if _, err := store.MaintainPartitions(bg, midnight.Add(-48*time.Hour), payments.EventRetention, payments.IdempotencyTTL); err != nil {
+		t.Fatal(err)
+	}
+	sc, _ := seedScope(t, db)
+	claim := func(key string, at time.Time) *payments.StoredResponse {
+		t.Helper()
+		ctx, rec, err := store.BeginIdempotent(bg, sc, key, []byte("hash"), at, payments.IdempotencyTTL, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec != nil {
+			return rec
+		}
+		if err := store.SaveIdempotent(ctx, sc, key, 201, []byte("first at "+at.String()), "req_1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.EndRequest(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	}
+	if rec := claim("k", midnight.Add(-time.Hour)); rec != nil {
+		t.Fatalf("first claim: got a record %+v", rec)
+	}
+	rec := claim("k", midnight.Add(time.Hour))
+	if rec == nil || rec.Status != 201 || !strings.HasPrefix(string(rec.Body), "first at") {
+		t.Fatalf("claim the next day within the TTL: got %+v, want the stored response", rec)
+	}
+	if rec := claim("k", midnight.Add(22*time.Hour)); rec == nil {
+		t.Fatal("claim within the TTL: claimed again")
+	}
+	if rec := claim("k", midnight.Add(24*time.Hour)); rec != nil {
+		t.Fatalf("claim after the TTL: got %+v, want a fresh claim", rec)
+	}
+	var where []string
+	if err := db.Select(&where, `SELECT tableoid::regclass::text FROM idempotency_keys WHERE key = 'k' ORDER BY created_at`); err != nil {
+		t.Fatal(err)
+	}
+	if len(where) != 2 || where[0] == where[1] {
+		t.Errorf("records of the key: in %v, want two, in two partitions", where)
+	}
+}
+
+// TestPartitionMaintenanceInPoolMode: maintenance runs in the tests' pool
+// mode (through PgBouncer in transaction mode under make test-pooled, and
+// its pool guard): every statement in a transaction, no session state.
+func TestPartitionMaintenanceInPoolMode(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	store := postgres.New(db)
+	forever := 100 * 365 * 24 * time.Hour // nothing of the shared database is dropped
+	now := time.Now().UTC()
+	for range 2 {
+		if _, err := store.MaintainPartitions(context.Background(), now, forever, forever); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	if err := db.Get(&n, `SELECT count(*) FROM pg_class WHERE relname = $1`, "events_"+week(now.AddDate(0, 0, postgres.PartitionsAhead))); err != nil || n != 1 {
+		t.Errorf("partition %d days ahead: got %d (%v), want it created", postgres.PartitionsAhead, n, err)
+	}
+}
