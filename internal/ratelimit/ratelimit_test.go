@@ -94,3 +94,29 @@ func TestBudgetWithHangingRedis(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestScriptFlushed: after Redis has lost its script cache (a restart, a
+// failover to a replica that never ran the script) the batched EVALSHAs
+// answer NOSCRIPT and redis_rate sends the script again: every check
+// still gets an answer, none an error.
+func TestScriptFlushed(t *testing.T) {
+	rdb := testenv.Redis(t)
+	l := ratelimit.New(rdb, 1000)
+	key := payments.NewID("key_")
+	for round := range 2 {
+		if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := range 50 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if res, err := l.Allow(context.Background(), key); err != nil || !res.Allowed {
+					t.Errorf("round %d, check %d after SCRIPT FLUSH: got %+v, %v; want allowed", round, i, res, err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
