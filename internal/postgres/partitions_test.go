@@ -557,6 +557,11 @@ func TestPartitionMaintenanceInPoolMode(t *testing.T) {
 	store := postgres.New(db)
 	forever := 100 * 365 * 24 * time.Hour // nothing of the shared database is dropped
 	now := time.Now().UTC()
+	// A row in the default partition (dated where no week partition is),
+	// which the run moves into its week through a temporary table.
+	sc, we := seedScope(t, db)
+	ahead := now.AddDate(1, 0, 0)
+	evt, _ := insertOldEvent(t, db, sc, we, ahead, "pending")
 	for range 2 {
 		if _, err := store.MaintainPartitions(context.Background(), now, forever, forever); err != nil {
 			t.Fatal(err)
@@ -565,5 +570,12 @@ func TestPartitionMaintenanceInPoolMode(t *testing.T) {
 	var n int
 	if err := db.Get(&n, `SELECT count(*) FROM pg_class WHERE relname = $1`, "events_"+week(now.AddDate(0, 0, postgres.PartitionsAhead))); err != nil || n != 1 {
 		t.Errorf("partition %d days ahead: got %d (%v), want it created", postgres.PartitionsAhead, n, err)
+	}
+	var in string
+	if err := db.Get(&in, `SELECT tableoid::regclass::text FROM events WHERE id = $1`, evt); err != nil || in != "events_"+week(ahead) {
+		t.Errorf("event dated a year ahead: in %q (%v), want moved into events_%s", in, err, week(ahead))
+	}
+	if _, err := store.Event(context.Background(), sc, evt); err != nil {
+		t.Errorf("Event(%s) after the move: %v", evt, err)
 	}
 }
