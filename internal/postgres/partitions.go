@@ -56,8 +56,10 @@ func WeekStart(t time.Time) time.Time {
 const partitionLockTimeout = "1s"
 
 // partitionLockKey is the transaction-level advisory lock of partition
-// maintenance: two runs (two schedulers, or a retry beside a slow run)
-// take turns, the second finding the work done.
+// maintenance: of two runs at once (two schedulers, or a retry beside a
+// slow run), the second skips each step the first holds at that moment
+// (pg_try_advisory_xact_lock) and does the others; every step is
+// idempotent, so each is done once.
 const partitionLockKey = 0x7061727469 // "parti"
 
 // eventTables are partitioned on their event's time and leave together,
