@@ -41,6 +41,15 @@ type productRow struct {
 	PriceCreatedAt      sql.NullTime   `db:"price_created_at"`
 }
 
+// dests are r's fields in productCols' order, to scan a row into without
+// sqlx mapping the columns to the struct's fields again on every query
+// (reflection that was a visible part of a list page).
+func (r *productRow) dests() []any {
+	return []any{&r.ID, &r.Live, &r.Name, &r.Description, &r.Active, &r.Images, &r.URL, &r.Metadata,
+		&r.Shippable, &r.UnitLabel, &r.StatementDescriptor, &r.TaxCode, &r.CreatedAt,
+		&r.PriceID, &r.PriceAmount, &r.PriceCurrency, &r.PriceTaxBehavior, &r.PriceCreatedAt}
+}
+
 func (r productRow) product() (payments.Product, error) {
 	p := payments.Product{
 		ID: r.ID, Live: r.Live, Name: r.Name, Description: strPtr(r.Description), Active: r.Active,
@@ -100,7 +109,7 @@ const (
 
 func (s *Store) product(ctx context.Context, q sqlx.QueryerContext, sc payments.Scope, id, query string) (payments.Product, error) {
 	var r productRow
-	err := sqlx.GetContext(ctx, q, &r, query, sc.MerchantID, sc.Live, id)
+	err := q.QueryRowxContext(ctx, query, sc.MerchantID, sc.Live, id).Scan(r.dests()...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.Product{}, payments.NotFound(payments.ProductNotFound, id)
 	}

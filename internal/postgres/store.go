@@ -324,13 +324,13 @@ func keysetPage[R, T any](ctx context.Context, s *Store, sc payments.Scope, lp p
 	var rows []R
 	var err error
 	if lp.StartingAfter == "" {
-		err = s.q.SelectContext(ctx, &rows, first, sc.MerchantID, sc.Live, lp.Limit+1)
+		err = selectRows(ctx, &s.q, &rows, first, sc.MerchantID, sc.Live, lp.Limit+1)
 	} else {
 		c, cerr := s.loadCursor(ctx, `SELECT created_at, id FROM `+table+` WHERE merchant_id = $1 AND livemode = $2 AND id = $3`, sc, lp.StartingAfter)
 		if cerr != nil {
 			return payments.Page[T]{}, cerr
 		}
-		err = s.q.SelectContext(ctx, &rows, after, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
+		err = selectRows(ctx, &s.q, &rows, after, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1)
 	}
 	if err != nil {
 		return payments.Page[T]{}, fmt.Errorf("select %s: %w", table, err)
@@ -344,6 +344,31 @@ func keysetPage[R, T any](ctx context.Context, s *Store, sc payments.Scope, lp p
 		out = append(out, item)
 	}
 	return page(out, lp.Limit), nil
+}
+
+// scanner is a row type that lists its fields in its query's column order.
+type scanner interface{ dests() []any }
+
+// selectRows is SelectContext, scanning each row through R's dests when
+// *R has them instead of sqlx's reflection.
+func selectRows[R any](ctx context.Context, q *prepared, rows *[]R, query string, args ...any) error {
+	var probe R
+	if _, ok := any(&probe).(scanner); !ok {
+		return q.SelectContext(ctx, rows, query, args...)
+	}
+	rs, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var r R
+		if err := rs.Scan(any(&r).(scanner).dests()...); err != nil {
+			return err
+		}
+		*rows = append(*rows, r)
+	}
+	return rs.Err()
 }
 
 // page trims a limit+1 result to limit and reports whether more exist.
