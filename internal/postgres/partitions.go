@@ -237,6 +237,15 @@ func createPartition(ctx context.Context, tx *txn, table, col, name string, from
 		return fmt.Errorf("look for rows of %s in %s: %w", name, def, err)
 	}
 	if stray {
+		// The move is a DELETE and an INSERT, not an UPDATE: a writer whose
+		// statement had taken its snapshot before the DELETE committed would
+		// find its row gone and change nothing. EXCLUSIVE on the parent (reads
+		// go on) waits for the writers in flight and makes later ones wait
+		// before they take their snapshot, so they see the row where it lands.
+		lock := fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table))
+		if _, err := tx.ExecContext(ctx, lock); err != nil {
+			return fmt.Errorf("lock %s for the move of %s: %w", table, name, err)
+		}
 		tmp := fmt.Sprintf(`CREATE TEMPORARY TABLE partition_move (LIKE %s) ON COMMIT DROP`, pq.QuoteIdentifier(table))
 		if _, err := tx.ExecContext(ctx, tmp); err != nil {
 			return fmt.Errorf("create table for the rows of %s: %w", name, err)
