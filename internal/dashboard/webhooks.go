@@ -169,23 +169,33 @@ type deliveryView struct {
 // delivery shows one delivery with every attempt: status code, error,
 // the start of the response, and the request it sent.
 func (d *Dashboard) delivery(rq *request) {
-	id, ok := d.objectID(rq)
+	_, did, dv, ok := d.deliveryOf(rq)
 	if !ok {
-		return
-	}
-	did := rq.r.PathValue("delivery")
-	if !idPattern.MatchString(did) {
-		d.notFound(rq.w, rq.r)
-		return
-	}
-	dv, err := d.deliveryData(rq, id, did)
-	if err != nil {
-		d.lookupFailed(rq, "read delivery", err)
 		return
 	}
 	v := rq.view("Delivery "+did, "webhooks", dv)
 	v.Notice = notices[rq.r.URL.Query().Get("done")]
 	d.show(rq, "delivery.html", v)
+}
+
+// deliveryOf reads the delivery the path names under its endpoint, or
+// answers (not found, or the lookup's failure) and returns false.
+func (d *Dashboard) deliveryOf(rq *request) (endpointID, deliveryID string, dv *deliveryView, ok bool) {
+	id, ok := d.objectID(rq)
+	if !ok {
+		return "", "", nil, false
+	}
+	did := rq.r.PathValue("delivery")
+	if !idPattern.MatchString(did) {
+		d.notFound(rq.w, rq.r)
+		return "", "", nil, false
+	}
+	dv, err := d.deliveryData(rq, id, did)
+	if err != nil {
+		d.lookupFailed(rq, "read delivery", err)
+		return "", "", nil, false
+	}
+	return id, did, dv, true
 }
 
 func (d *Dashboard) deliveryData(rq *request, endpointID, deliveryID string) (*deliveryView, error) {
@@ -210,18 +220,8 @@ func (d *Dashboard) deliveryData(rq *request, endpointID, deliveryID string) (*d
 // resend sends a delivery's event to its endpoint again, as a new delivery
 // through the same queue and retries (the API's POST /v1/events/{id}/resend).
 func (d *Dashboard) resend(rq *request) {
-	id, ok := d.objectID(rq)
+	id, did, dv, ok := d.deliveryOf(rq)
 	if !ok {
-		return
-	}
-	did := rq.r.PathValue("delivery")
-	if !idPattern.MatchString(did) {
-		d.notFound(rq.w, rq.r)
-		return
-	}
-	dv, err := d.deliveryData(rq, id, did)
-	if err != nil {
-		d.lookupFailed(rq, "read delivery", err)
 		return
 	}
 	nd, err := d.svc.ResendEvent(rq.ctx, rq.sc, dv.Delivery.Event, payments.ResendInput{Endpoint: &id})
