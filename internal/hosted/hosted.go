@@ -306,28 +306,15 @@ func (p *Pages) checkoutPage(c *gin.Context) {
 
 var digits = regexp.MustCompile(`^[0-9]+$`)
 
-// parseCheckout reads and checks the form; errs maps field → message.
-func (p *Pages) parseCheckout(c *gin.Context, cs payments.CheckoutSession) (checkoutForm, string, payments.CheckoutPayment, map[string]string) {
-	v := func(k string) string { return strings.TrimSpace(c.PostForm(k)) }
-	f := checkoutForm{
-		Email: v("email"), Name: v("name"), ShipLine1: v("ship_line1"), ShipLine2: v("ship_line2"), ShipCity: v("ship_city"),
-		ShipPostal: v("ship_postal_code"), ShipCountry: strings.ToUpper(v("ship_country")), Option: v("shipping_option"),
-		BillLine1: v("bill_line1"), BillCity: v("bill_city"), BillPostal: v("bill_postal_code"), BillCountry: strings.ToUpper(v("bill_country")),
-		ExpMonth: v("exp_month"), ExpYear: v("exp_year"),
-	}
-	card := strings.NewReplacer(" ", "", "-", "").Replace(c.PostForm("card_number"))
-	errs := map[string]string{}
-	if !payments.ValidEmail(f.Email) { // the API's rule: the address is returned by the API later
-		errs["email"] = "Enter a valid email address."
-	}
-	checkLengths(errs, map[string]string{"name": f.Name})
-	if f.Name == "" {
-		errs["name"] = "Enter the name on the card."
-	}
-	if !digits.MatchString(card) || len(card) < 12 || len(card) > 19 {
+// checkCard reads the card fields of a checkout or portal form (the number
+// and CVC from the post, the expiry from f) and adds a message to errs for
+// each that is not valid at now: the number without spaces or dashes, and
+// the expiry as a month and a four-digit year.
+func checkCard(c *gin.Context, f checkoutForm, now time.Time, errs map[string]string) (number string, month, year int) {
+	number = strings.NewReplacer(" ", "", "-", "").Replace(c.PostForm("card_number"))
+	if !digits.MatchString(number) || len(number) < 12 || len(number) > 19 {
 		errs["card_number"] = "Enter a card number of 12 to 19 digits."
 	}
-	now := p.svc.Now(c.Request.Context(), cs.Scope()) // the card expires on the shop's clock
 	m, merr := strconv.Atoi(f.ExpMonth)
 	y, yerr := strconv.Atoi(f.ExpYear)
 	if y >= 0 && y < 100 {
@@ -342,6 +329,28 @@ func (p *Pages) parseCheckout(c *gin.Context, cs payments.CheckoutSession) (chec
 	if cvc := c.PostForm("cvc"); !digits.MatchString(cvc) || len(cvc) < 3 || len(cvc) > 4 {
 		errs["cvc"] = "Enter the 3 or 4 digit security code."
 	}
+	return number, m, y
+}
+
+// parseCheckout reads and checks the form; errs maps field → message.
+func (p *Pages) parseCheckout(c *gin.Context, cs payments.CheckoutSession) (checkoutForm, string, payments.CheckoutPayment, map[string]string) {
+	v := func(k string) string { return strings.TrimSpace(c.PostForm(k)) }
+	f := checkoutForm{
+		Email: v("email"), Name: v("name"), ShipLine1: v("ship_line1"), ShipLine2: v("ship_line2"), ShipCity: v("ship_city"),
+		ShipPostal: v("ship_postal_code"), ShipCountry: strings.ToUpper(v("ship_country")), Option: v("shipping_option"),
+		BillLine1: v("bill_line1"), BillCity: v("bill_city"), BillPostal: v("bill_postal_code"), BillCountry: strings.ToUpper(v("bill_country")),
+		ExpMonth: v("exp_month"), ExpYear: v("exp_year"),
+	}
+	errs := map[string]string{}
+	if !payments.ValidEmail(f.Email) { // the API's rule: the address is returned by the API later
+		errs["email"] = "Enter a valid email address."
+	}
+	checkLengths(errs, map[string]string{"name": f.Name})
+	if f.Name == "" {
+		errs["name"] = "Enter the name on the card."
+	}
+	// The card expires on the shop's clock.
+	card, m, y := checkCard(c, f, p.svc.Now(c.Request.Context(), cs.Scope()), errs)
 	pay := payments.CheckoutPayment{Email: f.Email, Name: f.Name, ExpMonth: m, ExpYear: y}
 	if cs.CollectShipping {
 		addr := payments.Address{Name: f.Name, Line1: f.ShipLine1, Line2: f.ShipLine2, City: f.ShipCity, PostalCode: f.ShipPostal, Country: f.ShipCountry}

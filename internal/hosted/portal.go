@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -205,26 +204,9 @@ func (p *Pages) portalCard(c *gin.Context) {
 	}
 	ctx, token := c.Request.Context(), c.Param("token")
 	f := checkoutForm{ExpMonth: strings.TrimSpace(c.PostForm("exp_month")), ExpYear: strings.TrimSpace(c.PostForm("exp_year"))}
-	number := strings.NewReplacer(" ", "", "-", "").Replace(c.PostForm("card_number"))
 	errs := map[string]string{}
-	if !digits.MatchString(number) || len(number) < 12 || len(number) > 19 {
-		errs["card_number"] = "Enter a card number of 12 to 19 digits."
-	}
-	now := p.svc.Now(ctx, v.Session.Scope) // the card expires on the shop's clock
-	m, merr := strconv.Atoi(f.ExpMonth)
-	y, yerr := strconv.Atoi(f.ExpYear)
-	if y >= 0 && y < 100 {
-		y += 2000
-	}
-	switch {
-	case merr != nil || m < 1 || m > 12:
-		errs["exp_month"] = "Enter a month from 1 to 12."
-	case yerr != nil || y < now.Year() || y > now.Year()+20 || (y == now.Year() && m < int(now.Month())):
-		errs["exp_year"] = "The card has expired or the year is not valid."
-	}
-	if cvc := c.PostForm("cvc"); !digits.MatchString(cvc) || len(cvc) < 3 || len(cvc) > 4 {
-		errs["cvc"] = "Enter the 3 or 4 digit security code."
-	}
+	// The card expires on the shop's clock.
+	number, m, y := checkCard(c, f, p.svc.Now(ctx, v.Session.Scope), errs)
 	again := func(status int, msg string) {
 		pv := p.portalView(c, v, nonce)
 		pv.Form, pv.Errs, pv.Error = f, errs, msg
