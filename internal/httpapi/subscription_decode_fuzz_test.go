@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"testing"
 
 	"paysvc/internal/payments"
@@ -35,12 +34,7 @@ func FuzzDecodeSubscriptionProduct(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var in payments.SubscriptionProductInput
-		err := decodeJSON(body, &in)
-		var pe *payments.Error
-		if err != nil {
-			if !errors.As(err, &pe) || pe.Code != payments.ValidationError || pe.Msg == "" {
-				t.Fatalf("decodeJSON(%q) = %v, want a validation_error with a message", body, err)
-			}
+		if !decodedOrRefused(t, body, &in) {
 			return
 		}
 		iv := ""

@@ -35,14 +35,22 @@ func FuzzDecodeWebhookOps(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, in := range []any{&payments.EndpointUpdate{}, &payments.RotateInput{}, &payments.ResendInput{}} {
-			err := decodeJSON(body, in)
-			if err == nil {
-				continue
-			}
-			var pe *payments.Error
-			if !errors.As(err, &pe) || pe.Code != payments.ValidationError || pe.Msg == "" {
-				t.Fatalf("decodeJSON(%q) into %T = %v, want a validation_error with a message", body, in, err)
-			}
+			decodedOrRefused(t, body, in)
 		}
 	})
+}
+
+// decodedOrRefused decodes body into in and reports whether it was
+// accepted; a refusal must be a validation_error with a message.
+func decodedOrRefused(t *testing.T, body []byte, in any) bool {
+	t.Helper()
+	err := decodeJSON(body, in)
+	if err == nil {
+		return true
+	}
+	var pe *payments.Error
+	if !errors.As(err, &pe) || pe.Code != payments.ValidationError || pe.Msg == "" {
+		t.Fatalf("decodeJSON(%q) into %T = %v, want a validation_error with a message", body, in, err)
+	}
+	return false
 }
