@@ -58,7 +58,10 @@ func BenchmarkGate(b *testing.B) {
 
 // BenchmarkRoutes runs the bench's three routes (POST_products: POST
 // /v1/products; GET_product: GET /v1/products/{id}; GET_products_list: GET
-// /v1/products?limit=10 on 1,000 products) through the whole engine
+// /v1/products?limit=10 on 1,000 products), the POST with a fresh
+// Idempotency-Key each time (POST_products_idempotent) and two more lists
+// of ten (GET_customers_list, GET_test_payments_list, on 1,000 each)
+// through the whole engine
 // (edge, metrics, gate, auth with its 1 s cache, the rate limiter, the
 // handler, JSON) on a real PostgreSQL database and a real Redis, as
 // bin/api wires them, and reports per request besides ns/op and allocs/op:
@@ -120,6 +123,19 @@ func BenchmarkRoutes(b *testing.B) {
 	SELECT prid, $1, false, pid, 100 + g, 'usd', ts FROM s`, m.ID); err != nil {
 		b.Fatal(err)
 	}
+	// 1,000 customers and 1,000 succeeded test payments, for their lists.
+	if _, err := db.ExecContext(ctx, `WITH s AS MATERIALIZED (
+		SELECT g, now() - g * interval '1 minute' AS ts FROM generate_series(1, 1000) AS g
+	), cus AS (
+		INSERT INTO customers (id, merchant_id, livemode, email, name, created_at, updated_at)
+		SELECT 'cus_b' || g, $1, false, 'c' || g || '@example.com', 'Customer ' || g, ts, ts FROM s
+	)
+	INSERT INTO payment_intents (id, merchant_id, livemode, amount, amount_received, currency, status,
+		fee_amount, customer_id, description, succeeded_at, created_at, updated_at)
+	SELECT 'pi_b' || g, $1, false, 1000 + g, 1000 + g, 'usd', 'succeeded', 59, 'cus_b' || g,
+		'Order ' || g, ts, ts, ts FROM s`, m.ID); err != nil {
+		b.Fatal(err)
+	}
 	auth := "Bearer " + k.Secret
 	product := []byte(`{"name":"Bench product","price":{"amount":1999,"currency":"usd"}}`)
 	var n atomic.Int64
@@ -128,12 +144,17 @@ func BenchmarkRoutes(b *testing.B) {
 		method string
 		path   func() string
 		body   []byte
+		idem   bool
 	}{
-		{"POST_products", "POST", func() string { return "/v1/products" }, product},
-		{"GET_product", "GET", func() string { return "/v1/products/prod_b" + strconv.Itoa(int(n.Add(1)%1000)+1) }, nil},
-		{"GET_products_list", "GET", func() string { return "/v1/products?limit=10" }, nil},
+		{"POST_products", "POST", func() string { return "/v1/products" }, product, false},
+		{"POST_products_idempotent", "POST", func() string { return "/v1/products" }, product, true},
+		{"GET_product", "GET", func() string { return "/v1/products/prod_b" + strconv.Itoa(int(n.Add(1)%1000)+1) }, nil, false},
+		{"GET_products_list", "GET", func() string { return "/v1/products?limit=10" }, nil, false},
+		{"GET_customers_list", "GET", func() string { return "/v1/customers?limit=10" }, nil, false},
+		{"GET_test_payments_list", "GET", func() string { return "/v1/test-payments?limit=10" }, nil, false},
 	}
-	do := func(b *testing.B, method, path string, body []byte) {
+	var keys atomic.Int64
+	do := func(b *testing.B, method, path string, body []byte, idem bool) {
 		var rd io.Reader
 		if body != nil {
 			rd = bytes.NewReader(body)
@@ -142,6 +163,9 @@ func BenchmarkRoutes(b *testing.B) {
 		req.Header.Set("Authorization", auth)
 		if body != nil {
 			req.Header.Set("Content-Type", "application/json")
+		}
+		if idem {
+			req.Header.Set("Idempotency-Key", "bench-"+strconv.FormatInt(keys.Add(1), 10))
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
@@ -153,20 +177,20 @@ func BenchmarkRoutes(b *testing.B) {
 		for _, mode := range []string{"serial", "parallel"} {
 			b.Run(r.name+"/"+mode, func(b *testing.B) {
 				for range 50 { // statements prepared, auth cached, pools full
-					do(b, r.method, r.path(), r.body)
+					do(b, r.method, r.path(), r.body, r.idem)
 				}
 				pg0, rd0, wait0 := pg.trips.Load(), rd.trips.Load(), db.Stats().WaitDuration
 				b.ReportAllocs()
 				b.ResetTimer()
 				if mode == "serial" {
 					for b.Loop() {
-						do(b, r.method, r.path(), r.body)
+						do(b, r.method, r.path(), r.body, r.idem)
 					}
 				} else {
 					b.SetParallelism(16)
 					b.RunParallel(func(pb *testing.PB) {
 						for pb.Next() {
-							do(b, r.method, r.path(), r.body)
+							do(b, r.method, r.path(), r.body, r.idem)
 						}
 					})
 				}

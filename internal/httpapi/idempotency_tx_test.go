@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -176,5 +177,24 @@ func TestIdempotentRepeatWaitsThenAnswers429(t *testing.T) {
 	}
 	if n := ts.customers(t); n != 1 {
 		t.Errorf("got %d customers, want 1", n)
+	}
+}
+
+// TestIdempotencyAAD: the sealed responses' associated data stays what
+// earlier versions wrote ("idempotency\x00<merchant>\x00<livemode>\x00<key>"),
+// so records stored before a deploy still open after it.
+func TestIdempotencyAAD(t *testing.T) {
+	for _, c := range []struct {
+		sc  payments.Scope
+		key string
+	}{
+		{payments.Scope{MerchantID: "acct_1", Live: false}, "order-42"},
+		{payments.Scope{MerchantID: "acct_Zz9", Live: true}, "ü\x00%s%t"},
+		{payments.Scope{}, ""},
+	} {
+		want := fmt.Sprintf("idempotency\x00%s\x00%t\x00%s", c.sc.MerchantID, c.sc.Live, c.key)
+		if got := string(idempotencyAAD(c.sc, c.key)); got != want {
+			t.Errorf("idempotencyAAD(%+v, %q): got %q, want %q", c.sc, c.key, got, want)
+		}
 	}
 }

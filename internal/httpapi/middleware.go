@@ -318,7 +318,13 @@ func (s *Server) runOwned(c *gin.Context, ctx context.Context, sc payments.Scope
 
 // idempotencyAAD binds a sealed response to its merchant, mode and key.
 func idempotencyAAD(sc payments.Scope, key string) []byte {
-	return []byte(fmt.Sprintf("idempotency\x00%s\x00%t\x00%s", sc.MerchantID, sc.Live, key))
+	b := make([]byte, 0, len("idempotency\x00\x00false\x00")+len(sc.MerchantID)+len(key))
+	b = append(b, "idempotency\x00"...)
+	b = append(b, sc.MerchantID...)
+	b = append(b, 0)
+	b = strconv.AppendBool(b, sc.Live)
+	b = append(b, 0)
+	return append(b, key...)
 }
 
 // requestHash identifies a request by method, path and body; JSON bodies

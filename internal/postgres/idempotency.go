@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/lib/pq"
@@ -68,29 +69,41 @@ func (s *Store) BeginIdempotent(ctx context.Context, sc payments.Scope, key stri
 func (s *Store) claim(ctx context.Context, rt *requestTx, sc payments.Scope, key string, hash []byte, now time.Time, ttl, wait time.Duration) (*payments.StoredResponse, error) {
 	const q = `SELECT claimed, request_hash, status, response, request_id
 	FROM idempotency_claim($1, $2, $3, $4, $5, $6, $7, $8)`
-	var r struct {
-		Claimed     bool           `db:"claimed"`
-		RequestHash []byte         `db:"request_hash"`
-		Status      sql.NullInt32  `db:"status"`
-		Response    []byte         `db:"response"`
-		RequestID   sql.NullString `db:"request_id"`
-	}
+	var (
+		claimed   bool
+		reqHash   []byte
+		status    sql.NullInt32
+		response  []byte
+		requestID sql.NullString
+	)
 	now = now.Truncate(time.Microsecond) // as PostgreSQL keeps it: SaveIdempotent finds the row by it
-	err := rt.tx.GetContext(ctx, &r, q, sc.MerchantID, sc.Live, key, hash, now, now.Add(ttl),
-		now.Add(-legacyClaimStale), fmt.Sprintf("%dms", wait.Milliseconds()))
+	// Scanned into variables, not a tagged struct: sqlx maps a struct's
+	// columns by reflection on every query.
+	args := []any{sc.MerchantID, sc.Live, key, hash, now, now.Add(ttl),
+		now.Add(-legacyClaimStale), strconv.FormatInt(wait.Milliseconds(), 10) + "ms"}
+	st, err := s.q.inRequest(ctx, rt, q)
+	if err == nil {
+		var row *sql.Row
+		if st != nil {
+			row = st.QueryRowContext(ctx, args...)
+		} else {
+			row = rt.tx.QueryRowContext(ctx, q, args...)
+		}
+		err = row.Scan(&claimed, &reqHash, &status, &response, &requestID)
+	}
 	var pqErr *pq.Error
 	switch {
 	case errors.As(err, &pqErr) && pqErr.Code == "55P03": // lock_not_available
 		return nil, payments.ErrKeyInFlight
 	case err != nil:
 		return nil, fmt.Errorf("claim idempotency key: %w", err)
-	case r.Claimed:
+	case claimed:
 		rt.keyCreated = now
 		return nil, nil
-	case !r.Status.Valid:
+	case !status.Valid:
 		return nil, payments.ErrKeyInFlight // a legacy claim: ask for a retry
 	}
-	return &payments.StoredResponse{RequestHash: r.RequestHash, Status: int(r.Status.Int32), Body: r.Response, RequestID: r.RequestID.String}, nil
+	return &payments.StoredResponse{RequestHash: reqHash, Status: int(status.Int32), Body: response, RequestID: requestID.String}, nil
 }
 
 // SaveIdempotent writes the response of the request that claimed key, in
@@ -103,7 +116,16 @@ func (s *Store) SaveIdempotent(ctx context.Context, sc payments.Scope, key strin
 	}
 	const q = `UPDATE idempotency_keys SET status = $4, response = $5, request_id = $6
 	WHERE merchant_id = $1 AND livemode = $2 AND key = $3 AND created_at = $7`
-	if _, err := rt.tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, key, status, body, requestID, rt.keyCreated); err != nil {
+	st, err := s.q.inRequest(ctx, rt, q)
+	if err == nil {
+		args := []any{sc.MerchantID, sc.Live, key, status, body, requestID, rt.keyCreated}
+		if st != nil {
+			_, err = st.ExecContext(ctx, args...)
+		} else {
+			_, err = rt.tx.ExecContext(ctx, q, args...)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("store idempotent response: %w", err)
 	}
 	return nil

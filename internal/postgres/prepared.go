@@ -16,10 +16,8 @@ import (
 // It offers sqlx.DB's query methods, so call sites read the same.
 //
 // With the context of an idempotent request (requestTx) the query runs in
-// the request's transaction instead, on its connection: on the pool's
-// statement when there is one (database/sql prepares it once on that
-// connection and keeps it there), else unprepared — preparing it for the
-// pool would take a second connection while the request holds one.
+// the request's transaction instead, on its connection, on the pool's
+// statement (see inRequest).
 //
 // Behind a transaction-mode pooler (unprepared) nothing is prepared: a named
 // statement lives on one server connection, and the pooler sends the next
@@ -28,7 +26,10 @@ import (
 type prepared struct {
 	db         *sqlx.DB
 	unprepared bool
-	stmts      sync.Map // query text → *sqlx.Stmt
+	// spare: the pool keeps a connection free of request transactions
+	// (Store.requestSlots), on which a request may prepare a statement.
+	spare bool
+	stmts sync.Map // query text → *sqlx.Stmt
 }
 
 // stmt returns query's statement, or nil when the pool must not prepare.
@@ -51,17 +52,34 @@ func (p *prepared) stmt(ctx context.Context, query string) (*sqlx.Stmt, error) {
 }
 
 // inRequest returns the statement to run query with in the request's
-// transaction, or nil to run it there unprepared.
-func (p *prepared) inRequest(ctx context.Context, rt *requestTx, query string) *sqlx.Stmt {
-	if st, ok := p.stmts.Load(query); ok {
-		return rt.tx.StmtxContext(ctx, st.(*sqlx.Stmt))
+// transaction, or nil to run it there unprepared (transaction pooling).
+// A query not prepared yet is prepared on the pool first (once per
+// process, on a connection the request slots leave free, see
+// Store.requestSlots); database/sql then prepares it once on each
+// connection it runs on. Most of an idempotent request's cost in
+// PostgreSQL was parsing and planning its statements again every time.
+// A pool of one connection (no spare) prepares nothing in a request.
+func (p *prepared) inRequest(ctx context.Context, rt *requestTx, query string) (*sqlx.Stmt, error) {
+	if !p.spare {
+		if st, ok := p.stmts.Load(query); ok {
+			return rt.tx.StmtxContext(ctx, st.(*sqlx.Stmt)), nil
+		}
+		return nil, nil
 	}
-	return nil
+	st, err := p.stmt(ctx, query)
+	if err != nil || st == nil {
+		return nil, err
+	}
+	return rt.tx.StmtxContext(ctx, st), nil
 }
 
 func (p *prepared) GetContext(ctx context.Context, dest any, query string, args ...any) error {
 	if rt := requestTxOf(ctx); rt != nil {
-		if st := p.inRequest(ctx, rt, query); st != nil {
+		st, err := p.inRequest(ctx, rt, query)
+		if err != nil {
+			return err
+		}
+		if st != nil {
 			return st.GetContext(ctx, dest, args...)
 		}
 		return rt.tx.GetContext(ctx, dest, query, args...)
@@ -78,7 +96,11 @@ func (p *prepared) GetContext(ctx context.Context, dest any, query string, args 
 
 func (p *prepared) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
 	if rt := requestTxOf(ctx); rt != nil {
-		if st := p.inRequest(ctx, rt, query); st != nil {
+		st, err := p.inRequest(ctx, rt, query)
+		if err != nil {
+			return err
+		}
+		if st != nil {
 			return st.SelectContext(ctx, dest, args...)
 		}
 		return rt.tx.SelectContext(ctx, dest, query, args...)
@@ -95,7 +117,11 @@ func (p *prepared) SelectContext(ctx context.Context, dest any, query string, ar
 
 func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if rt := requestTxOf(ctx); rt != nil {
-		if st := p.inRequest(ctx, rt, query); st != nil {
+		st, err := p.inRequest(ctx, rt, query)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
 			return st.ExecContext(ctx, args...)
 		}
 		return rt.tx.ExecContext(ctx, query, args...)
@@ -114,7 +140,11 @@ func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (
 
 func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	if rt := requestTxOf(ctx); rt != nil {
-		if st := p.inRequest(ctx, rt, query); st != nil {
+		st, err := p.inRequest(ctx, rt, query)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
 			return st.QueryContext(ctx, args...)
 		}
 		return rt.tx.QueryContext(ctx, query, args...)
@@ -131,7 +161,11 @@ func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) 
 
 func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
 	if rt := requestTxOf(ctx); rt != nil {
-		if st := p.inRequest(ctx, rt, query); st != nil {
+		st, err := p.inRequest(ctx, rt, query)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
 			return st.QueryxContext(ctx, args...)
 		}
 		return rt.tx.QueryxContext(ctx, query, args...)
@@ -148,7 +182,7 @@ func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any)
 
 func (p *prepared) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
 	if rt := requestTxOf(ctx); rt != nil {
-		if st := p.inRequest(ctx, rt, query); st != nil {
+		if st, err := p.inRequest(ctx, rt, query); err == nil && st != nil {
 			return st.QueryRowxContext(ctx, args...)
 		}
 		return rt.tx.QueryRowxContext(ctx, query, args...)

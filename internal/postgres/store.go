@@ -48,9 +48,11 @@ func New(db *sqlx.DB) *Store {
 	s := &Store{db: db}
 	s.q.db = db
 	s.q.unprepared = db.DriverName() == driverUnprepared
-	if n := db.Stats().MaxOpenConnections; n > 0 {
+	n := db.Stats().MaxOpenConnections
+	if n > 0 {
 		s.requestSlots = make(chan struct{}, max(1, n-max(1, n/4)))
 	}
+	s.q.spare = n == 0 || n >= 2
 	return s
 }
 
