@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -25,11 +24,16 @@ type customerRow struct {
 	CreatedAt time.Time      `db:"created_at"`
 }
 
+// dests are r's fields in customerCols' order (see productRow.dests).
+func (r *customerRow) dests() []any {
+	return []any{&r.ID, &r.Live, &r.Email, &r.Name, &r.Phone, &r.Metadata, &r.CreatedAt}
+}
+
 func (r customerRow) customer() (payments.Customer, error) {
 	c := payments.Customer{
 		ID: r.ID, Live: r.Live, Email: strPtr(r.Email), Name: strPtr(r.Name), Phone: strPtr(r.Phone), Created: r.CreatedAt,
 	}
-	if err := json.Unmarshal(r.Metadata, &c.Metadata); err != nil {
+	if err := unmarshalJSONB(r.Metadata, &c.Metadata); err != nil {
 		return c, fmt.Errorf("decode metadata of %s: %w", r.ID, err)
 	}
 	return c, nil

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -45,6 +44,14 @@ type intentRow struct {
 	SubscriptionID   sql.NullString `db:"subscription_id"`
 }
 
+// dests are r's fields in intentCols' order (see productRow.dests).
+func (r *intentRow) dests() []any {
+	return []any{&r.MerchantID, &r.Live, &r.ID, &r.Amount, &r.AmountReceived, &r.Currency, &r.Status, &r.Fee,
+		&r.CustomerID, &r.CustomerName, &r.CustomerEmail, &r.Description, &r.Metadata, &r.SessionID,
+		&r.ClientSecretHash, &r.Source, &r.Device, &r.CardLast4, &r.LastDeclineCode, &r.SucceededAt,
+		&r.CreatedAt, &r.AmountRefunded, &r.RefundPending, &r.DisputeID, &r.SubscriptionID}
+}
+
 func (r intentRow) intent() (payments.PaymentIntent, error) {
 	pi := payments.PaymentIntent{
 		ID: r.ID, Live: r.Live, Amount: r.Amount, AmountReceived: r.AmountReceived, Currency: r.Currency,
@@ -56,7 +63,7 @@ func (r intentRow) intent() (payments.PaymentIntent, error) {
 		AmountRefunded: r.AmountRefunded, AmountRefundPending: r.RefundPending, DisputeID: strPtr(r.DisputeID),
 		SubscriptionID: strPtr(r.SubscriptionID),
 	}
-	if err := json.Unmarshal(r.Metadata, &pi.Metadata); err != nil {
+	if err := unmarshalJSONB(r.Metadata, &pi.Metadata); err != nil {
 		return pi, fmt.Errorf("decode metadata of %s: %w", r.ID, err)
 	}
 	return pi, nil

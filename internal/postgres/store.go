@@ -363,9 +363,12 @@ func selectRows[R any](ctx context.Context, q *prepared, rows *[]R, query string
 		return err
 	}
 	defer rs.Close()
+	// One row's dests for them all: Scan sets every field of r on each row
+	// (NULL included), and []byte columns come as copies.
+	var r R
+	dests := any(&r).(scanner).dests()
 	for rs.Next() {
-		var r R
-		if err := rs.Scan(any(&r).(scanner).dests()...); err != nil {
+		if err := rs.Scan(dests...); err != nil {
 			return err
 		}
 		*rows = append(*rows, r)

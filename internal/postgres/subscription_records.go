@@ -64,6 +64,14 @@ type subscriptionItemJSON struct {
 	Quantity      int     `json:"quantity"`
 }
 
+// dests are r's fields in subscriptionCols' order (see productRow.dests).
+func (r *subscriptionRow) dests() []any {
+	return []any{&r.ID, &r.Live, &r.CustomerID, &r.Status, &r.Currency, &r.Anchor, &r.CurrentPeriodStart,
+		&r.CurrentPeriodEnd, &r.CancelAtPeriodEnd, &r.CanceledAt, &r.EndedAt, &r.TrialEnd, &r.PendingProration,
+		&r.PassFees, &r.Metadata, &r.CardID, &r.SessionID, &r.NextRetryAt, &r.CreatedAt,
+		&r.ProcessorID, &r.ProcessorSyncedAt, &r.Items}
+}
+
 func (r subscriptionRow) subscription() (payments.Subscription, error) {
 	sub := payments.Subscription{
 		ID: r.ID, Live: r.Live, CustomerID: r.CustomerID, Status: r.Status, Currency: r.Currency,
@@ -73,7 +81,7 @@ func (r subscriptionRow) subscription() (payments.Subscription, error) {
 		CardID: strPtr(r.CardID), SessionID: strPtr(r.SessionID), NextRetryAt: timePtr(r.NextRetryAt), Created: r.CreatedAt,
 		ProcessorID: r.ProcessorID.String, ProcessorSyncedAt: timePtr(r.ProcessorSyncedAt),
 	}
-	if err := json.Unmarshal(r.Metadata, &sub.Metadata); err != nil {
+	if err := unmarshalJSONB(r.Metadata, &sub.Metadata); err != nil {
 		return sub, fmt.Errorf("decode metadata of %s: %w", r.ID, err)
 	}
 	var items []subscriptionItemJSON
@@ -171,7 +179,7 @@ func (s *Store) Subscriptions(ctx context.Context, sc payments.Scope, f payments
 	var rows []subscriptionRow
 	if f.StartingAfter == "" {
 		q := `SELECT ` + subscriptionCols + from + ` ORDER BY s.created_at DESC, s.id DESC LIMIT ` + param(len(args)+1)
-		if err := s.q.SelectContext(ctx, &rows, q, append(args, f.Limit+1)...); err != nil {
+		if err := selectRows(ctx, &s.q, &rows, q, append(args, f.Limit+1)...); err != nil {
 			return payments.Page[payments.Subscription]{}, fmt.Errorf("select subscriptions: %w", err)
 		}
 	} else {
@@ -187,7 +195,7 @@ func (s *Store) Subscriptions(ctx context.Context, sc payments.Scope, f payments
 		n := len(args)
 		q := `SELECT ` + subscriptionCols + from + ` AND (s.created_at, s.id) < (` + param(n+1) + `, ` + param(n+2) + `)
 			ORDER BY s.created_at DESC, s.id DESC LIMIT ` + param(n+3)
-		if err := s.q.SelectContext(ctx, &rows, q, append(args, c.CreatedAt, c.ID, f.Limit+1)...); err != nil {
+		if err := selectRows(ctx, &s.q, &rows, q, append(args, c.CreatedAt, c.ID, f.Limit+1)...); err != nil {
 			return payments.Page[payments.Subscription]{}, fmt.Errorf("select subscriptions: %w", err)
 		}
 	}

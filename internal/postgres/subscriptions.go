@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -34,6 +33,12 @@ type subProductRow struct {
 	IntervalCount sql.NullInt64  `db:"recurring_interval_count"`
 }
 
+// dests are r's fields in subProductCols' order (see productRow.dests).
+func (r *subProductRow) dests() []any {
+	return []any{&r.ID, &r.Live, &r.Name, &r.Description, &r.Active, &r.TrialDays, &r.Metadata, &r.CreatedAt,
+		&r.PriceID, &r.Amount, &r.Currency, &r.Interval, &r.IntervalCount}
+}
+
 func (r subProductRow) product() (payments.SubscriptionProduct, error) {
 	iv, err := payments.NewInterval(r.Interval.String, int(r.IntervalCount.Int64))
 	if err != nil {
@@ -44,7 +49,7 @@ func (r subProductRow) product() (payments.SubscriptionProduct, error) {
 		TrialPeriodDays: int(r.TrialDays.Int64), Created: r.CreatedAt,
 		Price: payments.RecurringPrice{ID: r.PriceID, ProductID: r.ID, Amount: r.Amount, Currency: r.Currency, Interval: iv},
 	}
-	if err := json.Unmarshal(r.Metadata, &p.Metadata); err != nil {
+	if err := unmarshalJSONB(r.Metadata, &p.Metadata); err != nil {
 		return p, fmt.Errorf("decode metadata of %s: %w", r.ID, err)
 	}
 	return p, nil
@@ -113,7 +118,7 @@ func (s *Store) SubscriptionProducts(ctx context.Context, sc payments.Scope, lp 
 	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND subscription`
 	var rows []subProductRow
 	if lp.StartingAfter == "" {
-		if err := s.q.SelectContext(ctx, &rows, first, sc.MerchantID, sc.Live, lp.Limit+1); err != nil {
+		if err := selectRows(ctx, &s.q, &rows, first, sc.MerchantID, sc.Live, lp.Limit+1); err != nil {
 			return payments.Page[payments.SubscriptionProduct]{}, fmt.Errorf("select subscription products: %w", err)
 		}
 	} else {
@@ -121,7 +126,7 @@ func (s *Store) SubscriptionProducts(ctx context.Context, sc payments.Scope, lp 
 		if err != nil {
 			return payments.Page[payments.SubscriptionProduct]{}, err
 		}
-		if err := s.q.SelectContext(ctx, &rows, after, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1); err != nil {
+		if err := selectRows(ctx, &s.q, &rows, after, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1); err != nil {
 			return payments.Page[payments.SubscriptionProduct]{}, fmt.Errorf("select subscription products: %w", err)
 		}
 	}
