@@ -44,7 +44,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, closeQueue := env.Enqueuer() // expiries, refunds and disputes write events with deliveries
+	enq, closeQueue := env.Enqueuer() // expiries, refunds and disputes write events with deliveries
 	defer closeQueue()
 	// Two asynq servers, so two fetch loops: asynq fetches one task at a
 	// time per server, trying its queues in a weighted-random order at one
@@ -84,6 +84,7 @@ func run(ctx context.Context) error {
 		RetryBase: env.Config.WebhookRetryBase,
 		Log:       env.Log,
 		Now:       time.Now,
+		Enqueuer:  enq,
 	}).Register(mux)
 	for i, srv := range servers {
 		if err := srv.Start(mux); err != nil {

@@ -27,6 +27,7 @@ type Delivery struct {
 	Attempts     int
 	EventID      string
 	EventType    string
+	EventCreated time.Time // the event's created_at: the partition of its rows
 	Payload      []byte
 	EndpointID   string
 	URL          string
@@ -50,6 +51,12 @@ type DeliveryAttempt struct {
 	Error        string // short, for operators; never a secret; empty on success
 	NextAttempt  time.Time
 	Final        bool // no retry follows: a failure is the delivery's last
+}
+
+// Delivered is a delivery and its successful attempt.
+type Delivered struct {
+	Delivery Delivery
+	Attempt  DeliveryAttempt
 }
 
 // OK reports whether the attempt delivered the event.

@@ -7,6 +7,9 @@ type JobKind string
 // a lost job is found again by the scheduler's relay.
 const (
 	JobDeliverWebhook JobKind = "webhook_delivery" // a webhook_deliveries row
+	// JobDeliverEvent is an event's first attempts at once: its deliveries
+	// written with it, none attempted yet. Retries are JobDeliverWebhook.
+	JobDeliverEvent   JobKind = "webhook_event"
 	JobExecuteRefund  JobKind = "refund"           // a pending refund
 	JobProcessorEvent JobKind = "processor_event"  // an unapplied processor event
 	JobSubmitEvidence JobKind = "dispute_evidence" // submitted evidence not yet sent to the processor

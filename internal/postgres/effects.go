@@ -122,12 +122,29 @@ const foldCredits = `folded AS (
 // pending sets are work in flight, and without sandbox clocks the added
 // bound is before itself: the indexes are used as they were.
 
-// StrandedDeliveries returns pending deliveries overdue since before.
+// StrandedDeliveries returns pending deliveries overdue since before but
+// for an event's first attempts (StrandedEvents finds those).
 func (s *Store) StrandedDeliveries(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
 	q := `SELECT id, merchant_id, livemode FROM webhook_deliveries t
-	WHERE status = 'pending' AND ` + onItsClock("next_attempt_at") + ` ORDER BY next_attempt_at LIMIT $2`
+	WHERE status = 'pending' AND NOT ` + firstAttempt + ` AND ` + onItsClock("next_attempt_at") + ` ORDER BY next_attempt_at LIMIT $2`
 	return s.stranded(ctx, q, before, limit)
 }
+
+// StrandedEvents returns the events whose first attempts are overdue since
+// before: the ids of the events with deliveries written with them still
+// unattempted. Their task (payments.JobDeliverEvent) has the event's id, so
+// re-enqueueing one whose task is only late (a backlog) is a no-op instead
+// of a second send.
+func (s *Store) StrandedEvents(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {
+	q := `SELECT event_id AS id, merchant_id, livemode FROM webhook_deliveries t
+	WHERE status = 'pending' AND ` + firstAttempt + ` AND ` + onItsClock("next_attempt_at") + `
+	GROUP BY event_id, merchant_id, livemode ORDER BY min(next_attempt_at) LIMIT $2`
+	return s.stranded(ctx, q, before, limit)
+}
+
+// firstAttempt is a delivery (aliased t) not attempted yet that was written
+// with its event: its event's task makes the attempt (FirstDeliveries).
+const firstAttempt = `(t.attempts = 0 AND t.created_at = t.event_created_at)`
 
 // StrandedRefunds returns refunds pending since before.
 func (s *Store) StrandedRefunds(ctx context.Context, before time.Time, limit int) ([]payments.Job, error) {

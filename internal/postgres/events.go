@@ -13,7 +13,8 @@ import (
 
 // insertEvents writes events in the caller's transaction (the outbox), each
 // with one delivery per enabled endpoint of the scope subscribed to its type,
-// in one statement per event. The deliveries are enqueued after commit.
+// in one statement per event. After commit, one task per event makes the
+// first attempt of each of its deliveries (payments.JobDeliverEvent).
 func insertEvents(ctx context.Context, tx *txn, sc payments.Scope, events []payments.Event) error {
 	const q = `WITH e AS (
 		INSERT INTO events (id, merchant_id, livemode, type, data, created_at) VALUES ($1, $2, $3, $4, $5, $6)
@@ -36,8 +37,8 @@ func insertEvents(ctx context.Context, tx *txn, sc payments.Scope, events []paym
 		if err := tx.SelectContext(ctx, &ids, q, e.ID, sc.MerchantID, sc.Live, e.Type, string(data), e.Created); err != nil {
 			return fmt.Errorf("insert event %s: %w", e.Type, err)
 		}
-		for _, id := range ids {
-			tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobDeliverWebhook, ID: id, MerchantID: sc.MerchantID, Live: sc.Live})
+		if len(ids) > 0 { // one task makes the first attempt of each
+			tx.jobs = append(tx.jobs, payments.Job{Kind: payments.JobDeliverEvent, ID: e.ID, MerchantID: sc.MerchantID, Live: sc.Live})
 		}
 	}
 	return nil

@@ -196,31 +196,42 @@ func (s *Store) DeleteEndpoint(ctx context.Context, sc payments.Scope, id string
 }
 
 type deliveryRow struct {
-	ID           string `db:"id"`
-	MerchantID   string `db:"merchant_id"`
-	Live         bool   `db:"livemode"`
-	Status       string `db:"status"`
-	Attempts     int    `db:"attempts"`
-	EventID      string `db:"event_id"`
-	EventType    string `db:"event_type"`
-	Payload      []byte `db:"payload"`
-	EndpointID   string `db:"endpoint_id"`
-	URL          string `db:"url"`
-	SecretSealed []byte `db:"secret_sealed"`
-	EndpointOK   bool   `db:"endpoint_ok"`
-	Previous     []byte `db:"previous_secret_sealed"`
+	ID           string    `db:"id"`
+	MerchantID   string    `db:"merchant_id"`
+	Live         bool      `db:"livemode"`
+	Status       string    `db:"status"`
+	Attempts     int       `db:"attempts"`
+	EventID      string    `db:"event_id"`
+	EventType    string    `db:"event_type"`
+	EventCreated time.Time `db:"event_created_at"`
+	Payload      []byte    `db:"payload"`
+	EndpointID   string    `db:"endpoint_id"`
+	URL          string    `db:"url"`
+	SecretSealed []byte    `db:"secret_sealed"`
+	EndpointOK   bool      `db:"endpoint_ok"`
+	Previous     []byte    `db:"previous_secret_sealed"`
 }
+
+func (r deliveryRow) delivery() payments.Delivery {
+	return payments.Delivery{ID: r.ID, MerchantID: r.MerchantID, Live: r.Live, Status: r.Status, Attempts: r.Attempts,
+		EventID: r.EventID, EventType: r.EventType, EventCreated: r.EventCreated, Payload: r.Payload, EndpointID: r.EndpointID,
+		URL: r.URL, SecretSealed: r.SecretSealed, EndpointOK: r.EndpointOK, PreviousSecretSealed: r.Previous}
+}
+
+// deliverySendColumns are a deliveryRow's columns: deliveries d with their
+// events e (the payload is built there) and endpoints we.
+const deliverySendColumns = `d.id, d.merchant_id, d.livemode, d.status, d.attempts, d.event_created_at, e.id AS event_id, e.type AS event_type,
+		e.payload, we.id AS endpoint_id, we.url, we.secret_sealed, (we.status = 'enabled' AND we.deleted_at IS NULL) AS endpoint_ok,
+		CASE WHEN we.previous_secret_expires_at > now() THEN we.previous_secret_sealed END AS previous_secret_sealed`
 
 // DeliveryForSend loads a delivery with its event's payload (the exact bytes
 // to send and sign) and its endpoint; payments.ErrDeliveryNotFound when the
 // row does not exist.
 func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id string) (payments.Delivery, error) {
-	const q = `SELECT d.id, d.merchant_id, d.livemode, d.status, d.attempts, e.id AS event_id, e.type AS event_type,
-		` + eventPayload + ` AS payload,
-		we.id AS endpoint_id, we.url, we.secret_sealed, (we.status = 'enabled' AND we.deleted_at IS NULL) AS endpoint_ok,
-		CASE WHEN we.previous_secret_expires_at > now() THEN we.previous_secret_sealed END AS previous_secret_sealed
+	const q = `SELECT ` + deliverySendColumns + `
 	FROM webhook_deliveries d
-	JOIN events e ON e.id = d.event_id AND e.created_at = d.event_created_at -- its partition
+	CROSS JOIN LATERAL (SELECT e.id, e.type, ` + eventPayload + ` AS payload FROM events e
+		WHERE e.id = d.event_id AND e.created_at = d.event_created_at) e -- its partition
 	JOIN webhook_endpoints we ON we.id = d.endpoint_id
 	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.id = $3 AND d.event_created_at >= coalesce($4::timestamptz, '-infinity') AND d.event_created_at < coalesce($5::timestamptz, 'infinity')`
 	lo, hi := idSpan(id)
@@ -232,9 +243,36 @@ func (s *Store) DeliveryForSend(ctx context.Context, sc payments.Scope, id strin
 	if err != nil {
 		return payments.Delivery{}, fmt.Errorf("select delivery: %w", err)
 	}
-	return payments.Delivery{ID: r.ID, MerchantID: r.MerchantID, Live: r.Live, Status: r.Status, Attempts: r.Attempts,
-		EventID: r.EventID, EventType: r.EventType, Payload: r.Payload, EndpointID: r.EndpointID, URL: r.URL,
-		SecretSealed: r.SecretSealed, EndpointOK: r.EndpointOK, PreviousSecretSealed: r.Previous}, nil
+	return r.delivery(), nil
+}
+
+// FirstDeliveries loads an event's deliveries that were written with it
+// and are not attempted yet (pending, no attempt), in one statement, each
+// as DeliveryForSend returns it: the event's first attempts
+// (payments.JobDeliverEvent). A resend (a delivery written later) is not
+// one of them: it has its own task.
+func (s *Store) FirstDeliveries(ctx context.Context, sc payments.Scope, eventID string) ([]payments.Delivery, error) {
+	const q = `WITH e AS MATERIALIZED ( -- the payload is built once
+		SELECT e.id, e.type, e.created_at, ` + eventPayload + ` AS payload FROM events e
+		WHERE e.merchant_id = $1 AND e.livemode = $2 AND e.id = $3
+			AND e.created_at >= coalesce($4::timestamptz, '-infinity') AND e.created_at < coalesce($5::timestamptz, 'infinity')
+	)
+	SELECT ` + deliverySendColumns + `
+	FROM e
+	JOIN webhook_deliveries d ON d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = e.id AND d.event_created_at = e.created_at
+	JOIN webhook_endpoints we ON we.id = d.endpoint_id
+	WHERE d.status = 'pending' AND d.attempts = 0 AND d.created_at = d.event_created_at
+	ORDER BY d.id`
+	lo, hi := idSpan(eventID)
+	var rows []deliveryRow
+	if err := s.q.SelectContext(ctx, &rows, q, sc.MerchantID, sc.Live, eventID, lo, hi); err != nil {
+		return nil, fmt.Errorf("select first deliveries: %w", err)
+	}
+	out := make([]payments.Delivery, len(rows))
+	for i, r := range rows {
+		out[i] = r.delivery()
+	}
+	return out, nil
 }
 
 // RecordAttempt keeps an attempt (a webhook_attempts row) and stores its
@@ -251,32 +289,10 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 	if a.HTTPStatus != 0 {
 		httpStatus = &a.HTTPStatus
 	}
-	lo, hi := idSpan(d.ID)
 	if a.OK() {
-		// The common case in one statement and no explicit transaction. The
-		// endpoint row is written (and locked) only when it had failures to
-		// reset or when the second of last_delivery_at changes (the API
-		// shows whole seconds), so concurrent deliveries to one endpoint do
-		// not queue on its row: a busy endpoint's row is written about once
-		// a second. greatest() keeps it from going back when an older
-		// attempt commits last.
-		const ok = `WITH d AS (
-			UPDATE webhook_deliveries SET status = 'succeeded', attempts = attempts + 1, last_status = $5,
-				last_error = NULL, delivered_at = $6
-			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at >= coalesce($9::timestamptz, '-infinity') AND event_created_at < coalesce($10::timestamptz, 'infinity') AND status = 'pending'
-		), a AS (
-			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, created_at, event_created_at)
-			SELECT $7, $1, $2, $3, $5, $8, $6, event_created_at FROM webhook_deliveries
-			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at >= coalesce($9::timestamptz, '-infinity') AND event_created_at < coalesce($10::timestamptz, 'infinity')
-		)
-		UPDATE webhook_endpoints SET consecutive_failures = 0, last_delivery_at = greatest(last_delivery_at, $6)
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $4
-			AND (consecutive_failures <> 0 OR last_delivery_at IS NULL
-				OR date_trunc('second', last_delivery_at) < date_trunc('second', $6::timestamptz))`
-		if _, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, httpStatus, a.At, a.ID, a.ResponseBody, lo, hi); err != nil {
-			return false, fmt.Errorf("record delivery: %w", err)
-		}
-		return false, nil
+		err := s.RecordDelivered(ctx, payments.Scope{MerchantID: d.MerchantID, Live: d.Live}, d.EventCreated,
+			[]payments.Delivered{{Delivery: d, Attempt: a}})
+		return false, err
 	}
 	err = s.inTx(ctx, func(tx *txn) error {
 		// The endpoint first: whether this failure disables it decides the
@@ -304,15 +320,14 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 		}
 		const upd = `WITH a AS (
 			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, error, created_at, event_created_at)
-			SELECT $8, $1, $2, $3, $5, $9, $10, $11, event_created_at FROM webhook_deliveries
-			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at >= coalesce($12::timestamptz, '-infinity') AND event_created_at < coalesce($13::timestamptz, 'infinity')
+			VALUES ($8, $1, $2, $3, $5, $9, $10, $11, $12)
 		)
 		UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, last_status = $5,
 			last_error = $6, next_attempt_at = $7
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at >= coalesce($12::timestamptz, '-infinity') AND event_created_at < coalesce($13::timestamptz, 'infinity')
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at = $12
 			AND status = 'pending' -- a delivery cancelled meanwhile (endpoint deleted) stays so`
 		if _, err := tx.ExecContext(ctx, upd, d.MerchantID, d.Live, d.ID, status, httpStatus, lastError, a.NextAttempt,
-			a.ID, a.ResponseBody, a.Error, a.At, lo, hi); err != nil {
+			a.ID, a.ResponseBody, a.Error, a.At, d.EventCreated); err != nil {
 			return fmt.Errorf("record attempt: %w", err)
 		}
 		if reason == "" {
@@ -327,6 +342,52 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 		return failPending(ctx, tx, payments.Scope{MerchantID: d.MerchantID, Live: d.Live}, d.EndpointID, "endpoint disabled ("+reason+")")
 	})
 	return disabled, err
+}
+
+// RecordDelivered keeps the successful attempts of deliveries of one event
+// (created at eventCreated) and marks those deliveries succeeded, one
+// statement each and no explicit transaction. An endpoint row is written
+// (and locked) only when it had failures to reset or when the second of its
+// last_delivery_at changes (the API shows whole seconds), and a row another
+// statement is writing for the latter is skipped, so that concurrent
+// deliveries to one endpoint do not queue on its row: a busy endpoint's row
+// is written about once a second. greatest() keeps it from going back when
+// an older attempt commits last. A delivery cancelled meanwhile (endpoint
+// deleted or disabled) keeps its status; its attempt is kept all the same.
+//
+// One statement per delivery rather than one for all: each is prepared
+// once and finds its rows by primary key whatever the statistics say,
+// where a statement over arrays of ids was, as a generic plan, a scan of
+// the merchant's pending deliveries, and planned afresh cost more than
+// the round trips it saved.
+func (s *Store) RecordDelivered(ctx context.Context, sc payments.Scope, eventCreated time.Time, done []payments.Delivered) error {
+	const q = `WITH d AS (
+		UPDATE webhook_deliveries SET status = 'succeeded', attempts = attempts + 1, last_status = $5,
+			last_error = NULL, delivered_at = $6
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at = $9 AND status = 'pending'
+	), a AS (
+		INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, created_at, event_created_at)
+		VALUES ($7, $1, $2, $3, $5, $8, $6, $9)
+	), fresh AS ( -- the second of last_delivery_at moved on; a row another statement holds is left to it
+		SELECT id FROM webhook_endpoints
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND consecutive_failures = 0
+			AND (last_delivery_at IS NULL OR date_trunc('second', last_delivery_at) < date_trunc('second', $6::timestamptz))
+		FOR NO KEY UPDATE SKIP LOCKED
+	), reset AS ( -- a run of failures to end: waited for
+		SELECT id FROM webhook_endpoints
+		WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND consecutive_failures <> 0
+		FOR NO KEY UPDATE
+	)
+	UPDATE webhook_endpoints we SET consecutive_failures = 0, last_delivery_at = greatest(we.last_delivery_at, $6)
+	WHERE we.merchant_id = $1 AND we.livemode = $2 AND we.id = $4
+		AND we.id IN (SELECT id FROM fresh UNION ALL SELECT id FROM reset)`
+	for _, x := range done {
+		if _, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, x.Delivery.ID, x.Delivery.EndpointID, x.Attempt.HTTPStatus,
+			x.Attempt.At, x.Attempt.ID, x.Attempt.ResponseBody, eventCreated); err != nil {
+			return fmt.Errorf("record delivery: %w", err)
+		}
+	}
+	return nil
 }
 
 // FailDelivery marks a delivery failed without an attempt (endpoint gone).

@@ -41,6 +41,7 @@ type Kind struct {
 // need not carry their Kind; StrandedJobs sets it.
 type StrandedStore interface {
 	StrandedDeliveries(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
+	StrandedEvents(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
 	StrandedRefunds(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
 	StrandedProcessorEvents(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
 	StrandedEvidence(ctx context.Context, before time.Time, limit int) ([]payments.Job, error)
@@ -62,6 +63,20 @@ var Kinds = []Kind{
 			return DeliverWebhook{MerchantID: j.MerchantID, Live: j.Live, DeliveryID: j.ID}
 		},
 		Stranded: StrandedStore.StrandedDeliveries,
+	},
+	{
+		// An event's first attempts, one task for all its endpoints: one
+		// dequeue and one read instead of one per endpoint. A failed
+		// attempt's retries are JobDeliverWebhook tasks; the task itself
+		// is retried only when its attempts could not be recorded.
+		Job: payments.JobDeliverEvent, Type: TypeDeliverEvent, Queue: QueueDefault,
+		MaxRetry: DeliveryMaxRetry, Timeout: 2 * time.Minute,
+		Retention: time.Hour, // as deliveries'
+		Backoff:   DeliveryDelay,
+		Payload: func(j payments.Job) any {
+			return DeliverEvent{MerchantID: j.MerchantID, Live: j.Live, EventID: j.ID}
+		},
+		Stranded: StrandedStore.StrandedEvents,
 	},
 	{
 		Job: payments.JobExecuteRefund, Type: TypeExecuteRefund, Queue: QueueCritical,

@@ -23,6 +23,17 @@ type DeliverWebhook struct {
 	DeliveryID string `json:"delivery_id"`
 }
 
+// TypeDeliverEvent makes the first attempt of each of an event's
+// deliveries.
+const TypeDeliverEvent = "webhook:deliver_event"
+
+// DeliverEvent is the payload of an event's task.
+type DeliverEvent struct {
+	MerchantID string `json:"merchant_id"`
+	Live       bool   `json:"livemode"`
+	EventID    string `json:"event_id"`
+}
+
 // DeliveryMaxRetry with a 30 s base doubling to a 12 h cap spreads retries
 // over about three days (decisions.md §4).
 const (
@@ -110,14 +121,26 @@ func (e *Enqueuer) PublishQueues(ctx context.Context) error {
 func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task) int {
 	n := 0
 	for _, t := range ts {
-		_, err := e.Client.EnqueueContext(ctx, t)
-		switch {
-		case err == nil:
+		if e.enqueue(ctx, t) {
 			n++
-		case errors.Is(err, asynq.ErrTaskIDConflict):
-		default:
-			e.Log.WarnContext(ctx, "enqueue task; the relay will retry", "type", t.Type(), "error", err)
 		}
 	}
 	return n
+}
+
+// EnqueueIn enqueues t to run after delay, as Enqueue does.
+func (e *Enqueuer) EnqueueIn(ctx context.Context, t *asynq.Task, delay time.Duration) bool {
+	return e.enqueue(ctx, t, asynq.ProcessIn(delay))
+}
+
+func (e *Enqueuer) enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Option) bool {
+	_, err := e.Client.EnqueueContext(ctx, t, opts...)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+	default:
+		e.Log.WarnContext(ctx, "enqueue task; the relay will retry", "type", t.Type(), "error", err)
+	}
+	return false
 }

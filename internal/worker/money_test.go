@@ -71,6 +71,7 @@ func (s *deliveryStack) startMoneyWorker(t *testing.T, svc *payments.Service, re
 		RetryBase: deliveryBase,
 		Log:       s.log,
 		Now:       time.Now,
+		Enqueuer:  s.enq,
 	}).Register(mux)
 	if err := srv.Start(mux); err != nil {
 		t.Fatalf("start asynq server: %v", err)

@@ -30,6 +30,11 @@ type DeliveryStore interface {
 	// failures; disabling fails its pending deliveries, this one included.
 	RecordAttempt(ctx context.Context, d payments.Delivery, a payments.DeliveryAttempt, disable func(a payments.DeliveryAttempt, consecutiveFailures int) string) (disabled bool, err error)
 	FailDelivery(ctx context.Context, d payments.Delivery, reason string) error
+	// FirstDeliveries returns an event's deliveries written with it and
+	// not attempted yet; RecordDelivered keeps successful attempts at
+	// deliveries of one event, created at eventCreated.
+	FirstDeliveries(ctx context.Context, sc payments.Scope, eventID string) ([]payments.Delivery, error)
+	RecordDelivered(ctx context.Context, sc payments.Scope, eventCreated time.Time, done []payments.Delivered) error
 }
 
 // Deliverer sends webhook deliveries.
@@ -42,13 +47,17 @@ type Deliverer struct {
 	// Now is wall time, not a merchant's clock: a signature's timestamp is
 	// checked against the receiver's clock, and retries wait in real time.
 	Now func() time.Time
+	// Enqueuer queues the retry of a first attempt that failed (an event's
+	// task makes the first attempts, each delivery's own task the rest).
+	Enqueuer *tasks.Enqueuer
 
 	keys keyCache
 }
 
-// Register adds the delivery handler to mux.
+// Register adds the delivery handlers to mux.
 func (d *Deliverer) Register(mux *asynq.ServeMux) {
 	mux.HandleFunc(tasks.TypeDeliverWebhook, d.deliver)
+	mux.HandleFunc(tasks.TypeDeliverEvent, d.deliverEvent)
 }
 
 // deliver makes one attempt. It is safe to run twice for one delivery
@@ -69,11 +78,98 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 	if del.Status != payments.DeliveryPending {
 		return nil // delivered, failed or cancelled already
 	}
+	att, wait, err := d.attempt(ctx, del)
+	if err != nil {
+		return err
+	}
+	if att.OK() {
+		_, err := d.Store.RecordAttempt(ctx, del, att, payments.DisableReason)
+		return err
+	}
+	return d.failed(ctx, del, att, wait)
+}
+
+// deliverEvent makes the first attempt of each of an event's deliveries
+// written with it, all at once: one task, one read and one write of the
+// successes instead of one of each per endpoint. A failed attempt is
+// recorded as deliver records it and its retries are the delivery's own
+// task, queued to run when the attempt says; so are the deliveries this
+// cannot attempt (a secret that does not open), to fail there as they
+// would. Safe to run twice: what was attempted is no longer a first
+// delivery (postgres FirstDeliveries).
+func (d *Deliverer) deliverEvent(ctx context.Context, t *asynq.Task) error {
+	var p tasks.DeliverEvent
+	if err := json.Unmarshal(t.Payload(), &p); err != nil || p.EventID == "" {
+		return fmt.Errorf("bad payload: %v: %w", err, asynq.SkipRetry)
+	}
+	sc := payments.Scope{MerchantID: p.MerchantID, Live: p.Live}
+	dels, err := d.Store.FirstDeliveries(ctx, sc, p.EventID)
+	if err != nil || len(dels) == 0 {
+		return err
+	}
+	type result struct {
+		att  payments.DeliveryAttempt
+		wait time.Duration
+		err  error
+	}
+	results := make([]result, len(dels))
+	var wg sync.WaitGroup
+	for i, del := range dels {
+		wg.Go(func() {
+			var r result
+			r.att, r.wait, r.err = d.attempt(ctx, del)
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	var ok []payments.Delivered
+	var later []*asynq.Task
+	for i, r := range results {
+		if r.err == nil && r.att.OK() {
+			ok = append(ok, payments.Delivered{Delivery: dels[i], Attempt: r.att})
+		}
+	}
+	// The successes first: a failure below leaves this task to be retried,
+	// and they are then no longer first deliveries.
+	if err := d.Store.RecordDelivered(ctx, sc, dels[0].EventCreated, ok); err != nil {
+		return err
+	}
+	var errs []error
+	for i, r := range results {
+		del := dels[i]
+		task := tasks.NewDeliverWebhook(tasks.DeliverWebhook{MerchantID: del.MerchantID, Live: del.Live, DeliveryID: del.ID})
+		switch {
+		case r.err != nil && !errors.Is(r.err, asynq.SkipRetry): // failing it did not commit
+			errs = append(errs, r.err)
+		case r.err != nil && del.EndpointOK: // its secret does not open: its own task ends in the archive
+			later = append(later, task)
+		case r.err != nil: // failed with its endpoint, disabled or deleted
+		case r.att.OK():
+		default:
+			var retry *tasks.RetryIn
+			switch err := d.failed(ctx, del, r.att, r.wait); {
+			case errors.As(err, &retry):
+				d.Enqueuer.EnqueueIn(ctx, task, retry.Delay)
+			case !errors.Is(err, asynq.SkipRetry): // not recorded
+				errs = append(errs, err)
+			}
+		}
+	}
+	d.Enqueuer.Enqueue(ctx, later)
+	return errors.Join(errs...)
+}
+
+// attempt makes one attempt at del, a pending delivery, and returns it, not
+// yet recorded, with the wait before the next one should it have failed.
+// It returns an error, and attempts nothing, when del cannot be sent: its
+// endpoint was disabled or deleted (del is failed then) or its secret does
+// not open.
+func (d *Deliverer) attempt(ctx context.Context, del payments.Delivery) (payments.DeliveryAttempt, time.Duration, error) {
 	if !del.EndpointOK {
 		if err := d.Store.FailDelivery(ctx, del, "endpoint disabled"); err != nil {
-			return err
+			return payments.DeliveryAttempt{}, 0, err
 		}
-		return fmt.Errorf("endpoint %s is disabled: %w", del.EndpointID, asynq.SkipRetry)
+		return payments.DeliveryAttempt{}, 0, fmt.Errorf("endpoint %s is disabled: %w", del.EndpointID, asynq.SkipRetry)
 	}
 	keys, err := d.keys.get(del, d.Sealer, d.Now(), func(current bool) {
 		if current {
@@ -83,54 +179,59 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("endpoint %s secret: %w", del.EndpointID, asynq.SkipRetry)
+		return payments.DeliveryAttempt{}, 0, fmt.Errorf("endpoint %s secret: %w", del.EndpointID, asynq.SkipRetry)
 	}
 
 	res := d.send(ctx, del, keys)
-	retry, _ := asynq.GetRetryCount(ctx)
-	maxRetry, ok := asynq.GetMaxRetry(ctx)
-	if !ok {
-		maxRetry = tasks.DeliveryMaxRetry
-	}
 	now := d.Now()
-	// The wait before the next attempt, decided once: recorded as
-	// next_attempt_at and handed to asynq through the error (tasks.RetryIn).
-	wait := tasks.DeliveryRetryIn(d.RetryBase, retry, res.retryAfter, now)
-	sendErr, status := res.err, res.status
+	// The attempts before this one are the delivery's own count, not its
+	// task's: a retry's task is new after an event's first attempt, and
+	// after the relay re-enqueued it. The wait before the next attempt is
+	// decided once: recorded as next_attempt_at and handed to asynq
+	// through the error (tasks.RetryIn) or the retry's task.
+	retried := del.Attempts
+	wait := tasks.DeliveryRetryIn(d.RetryBase, retried, res.retryAfter, now)
 	att := payments.DeliveryAttempt{
 		ID:           payments.NewID("wha_"),
 		At:           now,
-		HTTPStatus:   status,
+		HTTPStatus:   res.status,
 		ResponseBody: res.body,
 		NextAttempt:  now.Add(wait),
-		Final:        sendErr != nil && retry >= maxRetry,
+		Final:        res.err != nil && retried >= tasks.DeliveryMaxRetry,
 	}
-	if sendErr != nil {
-		att.Error = sendErr.Error()
+	if res.err != nil {
+		att.Error = res.err.Error()
 	}
+	if att.OK() && d.Log.Enabled(ctx, slog.LevelDebug) { // the common case builds no attributes
+		d.logFor(del).DebugContext(ctx, "webhook delivered", "status", res.status)
+	}
+	return att, wait, nil
+}
+
+// failed records att, a failed attempt at del, and returns what the task
+// should tell asynq: a tasks.RetryIn to try again after wait, or a
+// SkipRetry when this was the last attempt or the endpoint is now disabled.
+func (d *Deliverer) failed(ctx context.Context, del payments.Delivery, att payments.DeliveryAttempt, wait time.Duration) error {
 	disabled, err := d.Store.RecordAttempt(ctx, del, att, payments.DisableReason)
 	if err != nil {
 		return err
 	}
-	if att.OK() {
-		if d.Log.Enabled(ctx, slog.LevelDebug) { // the common case builds no attributes
-			d.logFor(del, retry).DebugContext(ctx, "webhook delivered", "status", status)
-		}
-		return nil
-	}
-	log := d.logFor(del, retry)
-	log.InfoContext(ctx, "webhook delivery failed", "status", status, "error", att.Error)
-	if disabled { // RecordAttempt failed this delivery with the rest
-		log.WarnContext(ctx, "webhook endpoint disabled", "status", status)
+	log := d.logFor(del)
+	log.InfoContext(ctx, "webhook delivery failed", "status", att.HTTPStatus, "error", att.Error)
+	switch {
+	case disabled: // RecordAttempt failed this delivery with the rest
+		log.WarnContext(ctx, "webhook endpoint disabled", "status", att.HTTPStatus)
 		return fmt.Errorf("%s; endpoint disabled: %w", att.Error, asynq.SkipRetry)
+	case att.Final:
+		return fmt.Errorf("%s; no retries left: %w", att.Error, asynq.SkipRetry)
 	}
 	return &tasks.RetryIn{Delay: wait, Err: errors.New(att.Error)}
 }
 
 // logFor is the logger of one attempt at del.
-func (d *Deliverer) logFor(del payments.Delivery, retry int) *slog.Logger {
+func (d *Deliverer) logFor(del payments.Delivery) *slog.Logger {
 	return d.Log.With("delivery", del.ID, "event", del.EventID, "endpoint", del.EndpointID, "merchant_id", del.MerchantID,
-		"livemode", del.Live, "attempt", retry+1)
+		"livemode", del.Live, "attempt", del.Attempts+1)
 }
 
 // keyCacheTTL bounds how long an endpoint's opened secrets stay in memory
