@@ -39,7 +39,8 @@
 #                          stripe-mock alone, req/s (200)
 #   BENCH_STRIPE_EVENTS    stripe: signed Stripe events posted to /stripe/webhook (20000)
 #   BENCH_ONLY       run only these groups (space-separated: main webhooks refunds subscriptions
-#                    events renewals dashboard scaleout scale merchants idle stripe); README.md is then left alone
+#                    events renewals dashboard scaleout scale merchants idle stripe); README.md and
+#                    deploy/bench/results.md are then left alone (the run's results.md is in its output folder)
 #   BENCH_POOLER_SIZE      scaleout: PgBouncer's server connections for the pooled rows (20)
 #   BENCH_MODE       empty: the scenarios below, each after a CHECKPOINT; backtoback: the
 #                    phases of the independent harness of issue 17 back to back with no pause
@@ -963,7 +964,11 @@ report() {
 		printf 'CPU: %s\n' "$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"
 		kept_results
 	} >"$OUT/results.md"
-	cat "$OUT/results.md" >deploy/bench/results.md
+	# A partial run (BENCH_ONLY) would replace the full run's tables with
+	# its few rows: its results stay in $OUT.
+	if [[ -z $BENCH_ONLY ]]; then
+		cat "$OUT/results.md" >deploy/bench/results.md
+	fi
 
 	if [[ -n $bad ]]; then
 		printf '%s\n' "$table"
@@ -973,7 +978,7 @@ report() {
 	fi
 
 	if [[ -n $BENCH_ONLY ]]; then
-		echo "bench: BENCH_ONLY=$BENCH_ONLY, a partial run: README.md left as it was" >&2
+		echo "bench: BENCH_ONLY=$BENCH_ONLY, a partial run: README.md and deploy/bench/results.md left as they were; results in $OUT/results.md" >&2
 	elif [[ -f README.md ]] && grep -q '<!-- bench:start -->' README.md && grep -q '<!-- bench:end -->' README.md; then
 		printf '%s\n' "$block" >"$OUT/block.md"
 		awk -v f="$OUT/block.md" '
@@ -986,7 +991,9 @@ report() {
 	else
 		echo "bench: README.md has no <!-- bench:start --> / <!-- bench:end --> markers: results only in deploy/bench/results.md" >&2
 	fi
-	echo "bench: deploy/bench/results.md written; raw outputs and logs in $OUT" >&2
+	if [[ -z $BENCH_ONLY ]]; then
+		echo "bench: deploy/bench/results.md written; raw outputs and logs in $OUT" >&2
+	fi
 	printf '\n%s\n' "$table"
 	[[ -n $cmp ]] && printf '\n%s\n' "$cmp"
 	return 0
