@@ -262,6 +262,7 @@ func (s *Store) FirstDeliveries(ctx context.Context, sc payments.Scope, eventID 
 	JOIN webhook_deliveries d ON d.merchant_id = $1 AND d.livemode = $2 AND d.event_id = e.id AND d.event_created_at = e.created_at
 	JOIN webhook_endpoints we ON we.id = d.endpoint_id
 	WHERE d.status = 'pending' AND d.attempts = 0 AND d.created_at = d.event_created_at
+		AND d.event_created_at >= coalesce($4::timestamptz, '-infinity') AND d.event_created_at < coalesce($5::timestamptz, 'infinity')
 	ORDER BY d.id`
 	lo, hi := idSpan(eventID)
 	var rows []deliveryRow
@@ -352,8 +353,13 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 // statement is writing for the latter is skipped, so that concurrent
 // deliveries to one endpoint do not queue on its row: a busy endpoint's row
 // is written about once a second. greatest() keeps it from going back when
-// an older attempt commits last. A delivery cancelled meanwhile (endpoint
-// deleted or disabled) keeps its status; its attempt is kept all the same.
+// an older attempt commits last. The price of not waiting: a success that
+// finds the row held skips it, so last_delivery_at may lag by one busy
+// second until the next success, and a success racing a failure of the
+// same endpoint may leave that failure counted (the next success resets
+// it); neither is money, and the order of concurrent attempts is not
+// defined anyway. A delivery cancelled meanwhile (endpoint deleted or
+// disabled) keeps its status; its attempt is kept all the same.
 //
 // One statement per delivery rather than one for all: each is prepared
 // once and finds its rows by primary key whatever the statistics say,
@@ -381,13 +387,14 @@ func (s *Store) RecordDelivered(ctx context.Context, sc payments.Scope, eventCre
 	UPDATE webhook_endpoints we SET consecutive_failures = 0, last_delivery_at = greatest(we.last_delivery_at, $6)
 	WHERE we.merchant_id = $1 AND we.livemode = $2 AND we.id = $4
 		AND we.id IN (SELECT id FROM fresh UNION ALL SELECT id FROM reset)`
+	var errs []error // one that fails does not keep the others from being recorded
 	for _, x := range done {
 		if _, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, x.Delivery.ID, x.Delivery.EndpointID, x.Attempt.HTTPStatus,
 			x.Attempt.At, x.Attempt.ID, x.Attempt.ResponseBody, eventCreated); err != nil {
-			return fmt.Errorf("record delivery: %w", err)
+			errs = append(errs, fmt.Errorf("record delivery %s: %w", x.Delivery.ID, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // FailDelivery marks a delivery failed without an attempt (endpoint gone).

@@ -707,33 +707,56 @@ func TestEventTaskMakesFirstAttempts(t *testing.T) {
 		}
 	}
 
-	// A resend has a task of its own and is not a first attempt: the
-	// event's task, run again, finds nothing to send.
+	// A resend has a task of its own and is never one of the event's first
+	// attempts, not even while it is pending and unattempted (made so
+	// below once its own task has sent it).
 	d, err := s.svc.ResendEvent(ctx, sc, ev, payments.ResendInput{Endpoint: &eps[0].ID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first, err := s.store.FirstDeliveries(ctx, sc, ev); err != nil || len(first) != 0 {
-		t.Errorf("FirstDeliveries after a resend: got %+v, %v, want none", first, err)
-	}
 	s.taskState(t, d.ID, 10*time.Second, asynq.TaskStateCompleted)
 	ok1.waitCount(t, 2, 10*time.Second)
-	if err := s.insp.DeleteTask(tasks.QueueDefault, ev); err != nil {
+	if _, err := s.db.ExecContext(ctx, `UPDATE webhook_deliveries SET status = 'pending', attempts = 0 WHERE id = $1`, d.ID); err != nil {
 		t.Fatal(err)
 	}
-	s.enq.Enqueue(ctx, []*asynq.Task{tasks.ForJobs([]payments.Job{{Kind: payments.JobDeliverEvent, ID: ev, MerchantID: sc.MerchantID}})[0]})
-	s.taskState(t, ev, 10*time.Second, asynq.TaskStateCompleted)
-	ok1.stays(t, 2, 200*time.Millisecond)
-	ok2.stays(t, 1, 20*time.Millisecond)
-	flaky.stays(t, 2, 20*time.Millisecond)
+	if first, err := s.store.FirstDeliveries(ctx, sc, ev); err != nil || len(first) != 0 {
+		t.Errorf("FirstDeliveries with an unattempted resend: got %+v, %v, want none", first, err)
+	}
 }
 
-// TestRecordDeliveredConcurrently: events recorded at once whose
-// deliveries share endpoints, each listing them in another order, all
-// commit and leave each endpoint's last_delivery_at at the latest attempt.
-// (Whether statements that lock the endpoints in different orders deadlock
-// depends on the plan: make bench's drain did, before RecordDelivered
-// locked them in id order; this database's plan did not.)
+// TestDeliverLastRunOfTaskIsFinal: when asynq runs a delivery's task for
+// the last time (its own retry count, which runs that recorded nothing
+// also use up), a failure there fails the delivery, whatever the row's
+// attempt count: it does not stay pending with its task archived.
+func TestDeliverLastRunOfTaskIsFinal(t *testing.T) {
+	s := newDeliveryStack(t)
+	ctx := context.Background()
+	sc := payments.Scope{MerchantID: s.merchant(t, "Last run shop")}
+	rc := newReceiver(t, func(int, *http.Request) int { return http.StatusInternalServerError })
+	ep := s.endpoint(t, sc, rc.URL)
+	ev := s.eventOf(t, s.pay(t, sc, sandbox.CardSuccess, nil))
+	if err := s.insp.DeleteTask(tasks.QueueDefault, ev); err != nil { // the event's task, not run
+		t.Fatal(err)
+	}
+	id := s.delivery(t, ep.ID, ev).ID
+	payload, _ := json.Marshal(tasks.DeliverWebhook{MerchantID: sc.MerchantID, DeliveryID: id})
+	if _, err := s.enq.Client.EnqueueContext(ctx, asynq.NewTask(tasks.TypeDeliverWebhook, payload, asynq.TaskID(id),
+		asynq.Queue(tasks.QueueDefault), asynq.MaxRetry(0))); err != nil {
+		t.Fatal(err)
+	}
+	s.startWorker(t)
+	row := s.settled(t, ep.ID, ev, 10*time.Second)
+	if row.Status != payments.DeliveryFailed || row.Attempts != 1 {
+		t.Errorf("delivery: got %+v, want failed after its task's only run", row)
+	}
+	s.taskState(t, id, 10*time.Second, asynq.TaskStateArchived)
+}
+
+// TestRecordDeliveredConcurrently: the successes of events recorded at
+// once, whose deliveries share endpoints, all commit and are each recorded
+// once, and every endpoint ends with no failures and a last_delivery_at
+// among the attempts' (a success that finds the row held skips it, so not
+// necessarily the latest).
 func TestRecordDeliveredConcurrently(t *testing.T) {
 	s := newDeliveryStack(t)
 	ctx := context.Background()
@@ -777,17 +800,22 @@ func TestRecordDeliveredConcurrently(t *testing.T) {
 		}
 	}
 	var rows []struct {
-		Succeeded int       `db:"succeeded"`
-		Last      time.Time `db:"last_delivery_at"`
+		Succeeded int          `db:"succeeded"`
+		Attempts  int          `db:"attempts"`
+		Failures  int          `db:"consecutive_failures"`
+		Last      sql.NullTime `db:"last_delivery_at"`
 	}
 	const q = `SELECT (SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = we.id AND d.status = 'succeeded' AND d.attempts = 1) AS succeeded,
-		we.last_delivery_at FROM webhook_endpoints we WHERE we.id = ANY($1)`
+		(SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id WHERE d.endpoint_id = we.id) AS attempts,
+		we.consecutive_failures, we.last_delivery_at FROM webhook_endpoints we WHERE we.id = ANY($1)`
 	if err := s.db.Select(&rows, q, pq.Array(eps)); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rows {
-		if r.Succeeded != n || !r.Last.Equal(base.Add((n-1)*time.Second)) {
-			t.Errorf("endpoint: got %d succeeded deliveries, last delivery at %v; want %d, %v", r.Succeeded, r.Last, n, base.Add((n-1)*time.Second))
+		last := r.Last.Time.Sub(base)
+		if r.Succeeded != n || r.Attempts != n || r.Failures != 0 || !r.Last.Valid || last < 0 || last > (n-1)*time.Second || last%time.Second != 0 {
+			t.Errorf("endpoint: got %d succeeded deliveries, %d attempts, %d failures, last delivery at base+%v; want %d, %d, 0, one of the attempts' times",
+				r.Succeeded, r.Attempts, r.Failures, last, n, n)
 		}
 	}
 }

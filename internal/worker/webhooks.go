@@ -82,6 +82,15 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return err
 	}
+	// asynq archives the task after its last retry whatever the row says
+	// (a run that recorded nothing, a database error or a lost lease, used
+	// one up): that run's failure is then the delivery's last too, so that
+	// it ends failed instead of pending with no task.
+	if retried, ok := asynq.GetRetryCount(ctx); ok {
+		if maxRetry, ok := asynq.GetMaxRetry(ctx); ok && retried >= maxRetry && !att.OK() {
+			att.Final = true
+		}
+	}
 	if att.OK() {
 		_, err := d.Store.RecordAttempt(ctx, del, att, payments.DisableReason)
 		return err
@@ -117,8 +126,15 @@ func (d *Deliverer) deliverEvent(ctx context.Context, t *asynq.Task) error {
 	for i, del := range dels {
 		wg.Go(func() {
 			var r result
+			defer func() {
+				// asynq recovers a handler's panic, not one of these
+				// goroutines': it would end the worker.
+				if p := recover(); p != nil {
+					r.err = fmt.Errorf("delivery %s: panic: %v", del.ID, p)
+				}
+				results[i] = r
+			}()
 			r.att, r.wait, r.err = d.attempt(ctx, del)
-			results[i] = r
 		})
 	}
 	wg.Wait()
@@ -129,12 +145,13 @@ func (d *Deliverer) deliverEvent(ctx context.Context, t *asynq.Task) error {
 			ok = append(ok, payments.Delivered{Delivery: dels[i], Attempt: r.att})
 		}
 	}
-	// The successes first: a failure below leaves this task to be retried,
-	// and they are then no longer first deliveries.
-	if err := d.Store.RecordDelivered(ctx, sc, dels[0].EventCreated, ok); err != nil {
-		return err
-	}
+	// Every outcome is recorded even when one write fails: the task is
+	// then retried and sends again only what was not recorded (what was is
+	// no longer a first delivery).
 	var errs []error
+	if err := d.Store.RecordDelivered(ctx, sc, dels[0].EventCreated, ok); err != nil {
+		errs = append(errs, err)
+	}
 	for i, r := range results {
 		del := dels[i]
 		task := tasks.NewDeliverWebhook(tasks.DeliverWebhook{MerchantID: del.MerchantID, Live: del.Live, DeliveryID: del.ID})
