@@ -53,12 +53,6 @@ type DeliveryAttempt struct {
 	Final        bool // no retry follows: a failure is the delivery's last
 }
 
-// Delivered is a delivery and its successful attempt.
-type Delivered struct {
-	Delivery Delivery
-	Attempt  DeliveryAttempt
-}
-
 // OK reports whether the attempt delivered the event.
 func (a DeliveryAttempt) OK() bool { return a.Error == "" }
 

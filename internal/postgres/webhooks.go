@@ -291,9 +291,46 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 		httpStatus = &a.HTTPStatus
 	}
 	if a.OK() {
-		err := s.RecordDelivered(ctx, payments.Scope{MerchantID: d.MerchantID, Live: d.Live}, d.EventCreated,
-			[]payments.Delivered{{Delivery: d, Attempt: a}})
-		return false, err
+		// The common case in one prepared statement and no explicit
+		// transaction. The endpoint row is written (and locked) only when
+		// it had failures to reset or when the second of last_delivery_at
+		// changes (the API shows whole seconds), and a row another
+		// statement is writing for the latter is skipped, so that
+		// concurrent deliveries to one endpoint do not queue on its row: a
+		// busy endpoint's row is written about once a second. greatest()
+		// keeps it from going back when an older attempt commits last. The
+		// price of not waiting: last_delivery_at may lag by one busy second
+		// until the next success, and a success racing a failure of the
+		// same endpoint may leave that failure counted (the next success
+		// resets it); neither is money, and the order of concurrent
+		// attempts is not defined anyway. (One statement per delivery, not
+		// one over an event's: over arrays of ids it was, as a generic
+		// plan, a scan of the merchant's pending deliveries, and planned
+		// afresh it cost more than the round trips it saved.)
+		const ok = `WITH d AS (
+			UPDATE webhook_deliveries SET status = 'succeeded', attempts = attempts + 1, last_status = $5,
+				last_error = NULL, delivered_at = $6
+			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at = $9 AND status = 'pending'
+		), a AS (
+			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, created_at, event_created_at)
+			VALUES ($7, $1, $2, $3, $5, $8, $6, $9)
+		), fresh AS ( -- the second of last_delivery_at moved on; a row another statement holds is left to it
+			SELECT id FROM webhook_endpoints
+			WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND consecutive_failures = 0
+				AND (last_delivery_at IS NULL OR date_trunc('second', last_delivery_at) < date_trunc('second', $6::timestamptz))
+			FOR NO KEY UPDATE SKIP LOCKED
+		), reset AS ( -- a run of failures to end: waited for
+			SELECT id FROM webhook_endpoints
+			WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND consecutive_failures <> 0
+			FOR NO KEY UPDATE
+		)
+		UPDATE webhook_endpoints we SET consecutive_failures = 0, last_delivery_at = greatest(we.last_delivery_at, $6)
+		WHERE we.merchant_id = $1 AND we.livemode = $2 AND we.id = $4
+			AND we.id IN (SELECT id FROM fresh UNION ALL SELECT id FROM reset)`
+		if _, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, httpStatus, a.At, a.ID, a.ResponseBody, d.EventCreated); err != nil {
+			return false, fmt.Errorf("record delivery: %w", err)
+		}
+		return false, nil
 	}
 	err = s.inTx(ctx, func(tx *txn) error {
 		// The endpoint first: whether this failure disables it decides the
@@ -343,58 +380,6 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 		return failPending(ctx, tx, payments.Scope{MerchantID: d.MerchantID, Live: d.Live}, d.EndpointID, "endpoint disabled ("+reason+")")
 	})
 	return disabled, err
-}
-
-// RecordDelivered keeps the successful attempts of deliveries of one event
-// (created at eventCreated) and marks those deliveries succeeded, one
-// statement each and no explicit transaction. An endpoint row is written
-// (and locked) only when it had failures to reset or when the second of its
-// last_delivery_at changes (the API shows whole seconds), and a row another
-// statement is writing for the latter is skipped, so that concurrent
-// deliveries to one endpoint do not queue on its row: a busy endpoint's row
-// is written about once a second. greatest() keeps it from going back when
-// an older attempt commits last. The price of not waiting: a success that
-// finds the row held skips it, so last_delivery_at may lag by one busy
-// second until the next success, and a success racing a failure of the
-// same endpoint may leave that failure counted (the next success resets
-// it); neither is money, and the order of concurrent attempts is not
-// defined anyway. A delivery cancelled meanwhile (endpoint deleted or
-// disabled) keeps its status; its attempt is kept all the same.
-//
-// One statement per delivery rather than one for all: each is prepared
-// once and finds its rows by primary key whatever the statistics say,
-// where a statement over arrays of ids was, as a generic plan, a scan of
-// the merchant's pending deliveries, and planned afresh cost more than
-// the round trips it saved.
-func (s *Store) RecordDelivered(ctx context.Context, sc payments.Scope, eventCreated time.Time, done []payments.Delivered) error {
-	const q = `WITH d AS (
-		UPDATE webhook_deliveries SET status = 'succeeded', attempts = attempts + 1, last_status = $5,
-			last_error = NULL, delivered_at = $6
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at = $9 AND status = 'pending'
-	), a AS (
-		INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, created_at, event_created_at)
-		VALUES ($7, $1, $2, $3, $5, $8, $6, $9)
-	), fresh AS ( -- the second of last_delivery_at moved on; a row another statement holds is left to it
-		SELECT id FROM webhook_endpoints
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND consecutive_failures = 0
-			AND (last_delivery_at IS NULL OR date_trunc('second', last_delivery_at) < date_trunc('second', $6::timestamptz))
-		FOR NO KEY UPDATE SKIP LOCKED
-	), reset AS ( -- a run of failures to end: waited for
-		SELECT id FROM webhook_endpoints
-		WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND consecutive_failures <> 0
-		FOR NO KEY UPDATE
-	)
-	UPDATE webhook_endpoints we SET consecutive_failures = 0, last_delivery_at = greatest(we.last_delivery_at, $6)
-	WHERE we.merchant_id = $1 AND we.livemode = $2 AND we.id = $4
-		AND we.id IN (SELECT id FROM fresh UNION ALL SELECT id FROM reset)`
-	var errs []error // one that fails does not keep the others from being recorded
-	for _, x := range done {
-		if _, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, x.Delivery.ID, x.Delivery.EndpointID, x.Attempt.HTTPStatus,
-			x.Attempt.At, x.Attempt.ID, x.Attempt.ResponseBody, eventCreated); err != nil {
-			errs = append(errs, fmt.Errorf("record delivery %s: %w", x.Delivery.ID, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // FailDelivery marks a delivery failed without an attempt (endpoint gone).

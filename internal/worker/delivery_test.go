@@ -752,12 +752,12 @@ func TestDeliverLastRunOfTaskIsFinal(t *testing.T) {
 	s.taskState(t, id, 10*time.Second, asynq.TaskStateArchived)
 }
 
-// TestRecordDeliveredConcurrently: the successes of events recorded at
+// TestRecordSuccessesConcurrently: the successes of events recorded at
 // once, whose deliveries share endpoints, all commit and are each recorded
 // once, and every endpoint ends with no failures and a last_delivery_at
 // among the attempts' (a success that finds the row held skips it, so not
 // necessarily the latest).
-func TestRecordDeliveredConcurrently(t *testing.T) {
+func TestRecordSuccessesConcurrently(t *testing.T) {
 	s := newDeliveryStack(t)
 	ctx := context.Background()
 	sc := payments.Scope{MerchantID: s.merchant(t, "Busy endpoints shop")}
@@ -780,23 +780,25 @@ func TestRecordDeliveredConcurrently(t *testing.T) {
 	for i, dels := range events {
 		go func() {
 			<-start
-			var done []payments.Delivered
+			var err error
 			for j := range dels {
 				del := dels[(i+j)%len(dels)]
 				if i%2 == 1 {
 					del = dels[len(dels)-1-(i+j)%len(dels)]
 				}
 				// A second of its own, so every statement writes the endpoints.
-				done = append(done, payments.Delivered{Delivery: del, Attempt: payments.DeliveryAttempt{
-					ID: payments.NewID("wha_"), At: base.Add(time.Duration(i) * time.Second), HTTPStatus: 200}})
+				att := payments.DeliveryAttempt{ID: payments.NewID("wha_"), At: base.Add(time.Duration(i) * time.Second), HTTPStatus: 200}
+				if _, e := s.store.RecordAttempt(ctx, del, att, payments.DisableReason); e != nil {
+					err = e
+				}
 			}
-			errs <- s.store.RecordDelivered(ctx, sc, dels[0].EventCreated, done)
+			errs <- err
 		}()
 	}
 	close(start)
 	for range n {
 		if err := <-errs; err != nil {
-			t.Errorf("RecordDelivered: %v", err)
+			t.Errorf("RecordAttempt: %v", err)
 		}
 	}
 	var rows []struct {

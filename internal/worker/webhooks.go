@@ -31,10 +31,8 @@ type DeliveryStore interface {
 	RecordAttempt(ctx context.Context, d payments.Delivery, a payments.DeliveryAttempt, disable func(a payments.DeliveryAttempt, consecutiveFailures int) string) (disabled bool, err error)
 	FailDelivery(ctx context.Context, d payments.Delivery, reason string) error
 	// FirstDeliveries returns an event's deliveries written with it and
-	// not attempted yet; RecordDelivered keeps successful attempts at
-	// deliveries of one event, created at eventCreated.
+	// not attempted yet.
 	FirstDeliveries(ctx context.Context, sc payments.Scope, eventID string) ([]payments.Delivery, error)
-	RecordDelivered(ctx context.Context, sc payments.Scope, eventCreated time.Time, done []payments.Delivered) error
 }
 
 // Deliverer sends webhook deliveries.
@@ -78,18 +76,15 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 	if del.Status != payments.DeliveryPending {
 		return nil // delivered, failed or cancelled already
 	}
-	att, wait, err := d.attempt(ctx, del)
-	if err != nil {
-		return err
-	}
 	// asynq archives the task after its last retry whatever the row says
 	// (a run that recorded nothing, a database error or a lost lease, used
 	// one up): that run's failure is then the delivery's last too, so that
 	// it ends failed instead of pending with no task.
-	if retried, ok := asynq.GetRetryCount(ctx); ok {
-		if maxRetry, ok := asynq.GetMaxRetry(ctx); ok && retried >= maxRetry && !att.OK() {
-			att.Final = true
-		}
+	retried, _ := asynq.GetRetryCount(ctx)
+	maxRetry, ok := asynq.GetMaxRetry(ctx)
+	att, wait, err := d.attempt(ctx, del, ok && retried >= maxRetry)
+	if err != nil {
+		return err
 	}
 	if att.OK() {
 		_, err := d.Store.RecordAttempt(ctx, del, att, payments.DisableReason)
@@ -99,8 +94,8 @@ func (d *Deliverer) deliver(ctx context.Context, t *asynq.Task) error {
 }
 
 // deliverEvent makes the first attempt of each of an event's deliveries
-// written with it, all at once: one task, one read and one write of the
-// successes instead of one of each per endpoint. A failed attempt is
+// written with it, all at once: one task and one read instead of one of
+// each per endpoint. A failed attempt is
 // recorded as deliver records it and its retries are the delivery's own
 // task, queued to run when the attempt says; so are the deliveries this
 // cannot attempt (a secret that does not open), to fail there as they
@@ -134,39 +129,32 @@ func (d *Deliverer) deliverEvent(ctx context.Context, t *asynq.Task) error {
 				}
 				results[i] = r
 			}()
-			r.att, r.wait, r.err = d.attempt(ctx, del)
+			r.att, r.wait, r.err = d.attempt(ctx, del, false)
 		})
 	}
 	wg.Wait()
-	var ok []payments.Delivered
-	var later []*asynq.Task
-	for i, r := range results {
-		if r.err == nil && r.att.OK() {
-			ok = append(ok, payments.Delivered{Delivery: dels[i], Attempt: r.att})
-		}
-	}
 	// Every outcome is recorded even when one write fails: the task is
 	// then retried and sends again only what was not recorded (what was is
 	// no longer a first delivery).
 	var errs []error
-	if err := d.Store.RecordDelivered(ctx, sc, dels[0].EventCreated, ok); err != nil {
-		errs = append(errs, err)
-	}
+	var later []*asynq.Task
 	for i, r := range results {
 		del := dels[i]
-		task := tasks.NewDeliverWebhook(tasks.DeliverWebhook{MerchantID: del.MerchantID, Live: del.Live, DeliveryID: del.ID})
 		switch {
 		case r.err != nil && !errors.Is(r.err, asynq.SkipRetry): // failing it did not commit
 			errs = append(errs, r.err)
 		case r.err != nil && del.EndpointOK: // its secret does not open: its own task ends in the archive
-			later = append(later, task)
+			later = append(later, deliveryTask(del))
 		case r.err != nil: // failed with its endpoint, disabled or deleted
 		case r.att.OK():
+			if _, err := d.Store.RecordAttempt(ctx, del, r.att, payments.DisableReason); err != nil {
+				errs = append(errs, err)
+			}
 		default:
 			var retry *tasks.RetryIn
 			switch err := d.failed(ctx, del, r.att, r.wait); {
 			case errors.As(err, &retry):
-				d.Enqueuer.EnqueueIn(ctx, task, retry.Delay)
+				d.Enqueuer.EnqueueIn(ctx, deliveryTask(del), retry.Delay)
 			case !errors.Is(err, asynq.SkipRetry): // not recorded
 				errs = append(errs, err)
 			}
@@ -176,12 +164,18 @@ func (d *Deliverer) deliverEvent(ctx context.Context, t *asynq.Task) error {
 	return errors.Join(errs...)
 }
 
+// deliveryTask is del's own task: its retries, a resend.
+func deliveryTask(del payments.Delivery) *asynq.Task {
+	return tasks.NewDeliverWebhook(tasks.DeliverWebhook{MerchantID: del.MerchantID, Live: del.Live, DeliveryID: del.ID})
+}
+
 // attempt makes one attempt at del, a pending delivery, and returns it, not
 // yet recorded, with the wait before the next one should it have failed.
-// It returns an error, and attempts nothing, when del cannot be sent: its
-// endpoint was disabled or deleted (del is failed then) or its secret does
-// not open.
-func (d *Deliverer) attempt(ctx context.Context, del payments.Delivery) (payments.DeliveryAttempt, time.Duration, error) {
+// A failure is final after the delivery's last retry, or when lastRun says
+// its task will not run again. It returns an error, and attempts nothing,
+// when del cannot be sent: its endpoint was disabled or deleted (del is
+// failed then) or its secret does not open.
+func (d *Deliverer) attempt(ctx context.Context, del payments.Delivery, lastRun bool) (payments.DeliveryAttempt, time.Duration, error) {
 	if !del.EndpointOK {
 		if err := d.Store.FailDelivery(ctx, del, "endpoint disabled"); err != nil {
 			return payments.DeliveryAttempt{}, 0, err
@@ -214,7 +208,7 @@ func (d *Deliverer) attempt(ctx context.Context, del payments.Delivery) (payment
 		HTTPStatus:   res.status,
 		ResponseBody: res.body,
 		NextAttempt:  now.Add(wait),
-		Final:        res.err != nil && retried >= tasks.DeliveryMaxRetry,
+		Final:        res.err != nil && (retried >= tasks.DeliveryMaxRetry || lastRun),
 	}
 	if res.err != nil {
 		att.Error = res.err.Error()
