@@ -78,19 +78,11 @@ func (s *Store) claim(ctx context.Context, rt *requestTx, sc payments.Scope, key
 	)
 	now = now.Truncate(time.Microsecond) // as PostgreSQL keeps it: SaveIdempotent finds the row by it
 	// Scanned into variables, not a tagged struct: sqlx maps a struct's
-	// columns by reflection on every query.
-	args := []any{sc.MerchantID, sc.Live, key, hash, now, now.Add(ttl),
-		now.Add(-legacyClaimStale), strconv.FormatInt(wait.Milliseconds(), 10) + "ms"}
-	st, err := s.q.inRequest(ctx, rt, q)
-	if err == nil {
-		var row *sql.Row
-		if st != nil {
-			row = st.QueryRowContext(ctx, args...)
-		} else {
-			row = rt.tx.QueryRowContext(ctx, q, args...)
-		}
-		err = row.Scan(&claimed, &reqHash, &status, &response, &requestID)
-	}
+	// columns by reflection on every query. ctx carries rt: s.q runs it in
+	// the request's transaction, prepared.
+	err := s.q.QueryRowxContext(ctx, q, sc.MerchantID, sc.Live, key, hash, now, now.Add(ttl),
+		now.Add(-legacyClaimStale), strconv.FormatInt(wait.Milliseconds(), 10)+"ms").
+		Scan(&claimed, &reqHash, &status, &response, &requestID)
 	var pqErr *pq.Error
 	switch {
 	case errors.As(err, &pqErr) && pqErr.Code == "55P03": // lock_not_available
@@ -116,16 +108,8 @@ func (s *Store) SaveIdempotent(ctx context.Context, sc payments.Scope, key strin
 	}
 	const q = `UPDATE idempotency_keys SET status = $4, response = $5, request_id = $6
 	WHERE merchant_id = $1 AND livemode = $2 AND key = $3 AND created_at = $7`
-	st, err := s.q.inRequest(ctx, rt, q)
-	if err == nil {
-		args := []any{sc.MerchantID, sc.Live, key, status, body, requestID, rt.keyCreated}
-		if st != nil {
-			_, err = st.ExecContext(ctx, args...)
-		} else {
-			_, err = rt.tx.ExecContext(ctx, q, args...)
-		}
-	}
-	if err != nil {
+	// In the request's transaction (ctx's), prepared.
+	if _, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, key, status, body, requestID, rt.keyCreated); err != nil {
 		return fmt.Errorf("store idempotent response: %w", err)
 	}
 	return nil
