@@ -303,7 +303,21 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 		// until the next success, and a success racing a failure of the
 		// same endpoint may leave that failure counted (the next success
 		// resets it); neither is money, and the order of concurrent
-		// attempts is not defined anyway. (One statement per delivery, not
+		// attempts is not defined anyway.
+		//
+		// The statement commits without waiting for its WAL to reach the
+		// disk (synchronous_commit off, for its own transaction only: the
+		// writes are its CTEs, which always run, and its one row is the
+		// setting). A receiver's 2xx is not money: if PostgreSQL crashed
+		// before the WAL writer's next flushes (three wal_writer_delay at
+		// most, 600 ms by default), the success would be lost and the
+		// delivery, still pending, sent again by the relay, which at-least-once delivery already allows
+		// (a worker killed after the POST does the same; receivers dedupe
+		// on the event id). Waiting for that flush was most of a
+		// delivery's time in PostgreSQL under load (LWLock:WALWrite).
+		// Failures, which disable endpoints, stay synchronous.
+		//
+		// (One statement per delivery, not
 		// one over an event's: over arrays of ids it was, as a generic
 		// plan, a scan of the merchant's pending deliveries, and planned
 		// afresh it cost more than the round trips it saved.)
@@ -323,10 +337,12 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 			SELECT id FROM webhook_endpoints
 			WHERE merchant_id = $1 AND livemode = $2 AND id = $4 AND consecutive_failures <> 0
 			FOR NO KEY UPDATE
+		), ep AS (
+			UPDATE webhook_endpoints we SET consecutive_failures = 0, last_delivery_at = greatest(we.last_delivery_at, $6)
+			WHERE we.merchant_id = $1 AND we.livemode = $2 AND we.id = $4
+				AND we.id IN (SELECT id FROM fresh UNION ALL SELECT id FROM reset)
 		)
-		UPDATE webhook_endpoints we SET consecutive_failures = 0, last_delivery_at = greatest(we.last_delivery_at, $6)
-		WHERE we.merchant_id = $1 AND we.livemode = $2 AND we.id = $4
-			AND we.id IN (SELECT id FROM fresh UNION ALL SELECT id FROM reset)`
+		SELECT set_config('synchronous_commit', 'off', true) -- this statement's own transaction; see above`
 		if _, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, httpStatus, a.At, a.ID, a.ResponseBody, d.EventCreated); err != nil {
 			return false, fmt.Errorf("record delivery: %w", err)
 		}
