@@ -15,3 +15,16 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *sqlx.Tx, addJob func(payme
 		return fn(tx.Tx, func(j payments.Job) { tx.jobs = append(tx.jobs, j) })
 	})
 }
+
+// InTxPrepared runs query in a store transaction through the
+// transaction's own methods, then reports whether that transaction's
+// connection holds query as a prepared statement.
+func (s *Store) InTxPrepared(ctx context.Context, query string, args ...any) (prepared bool, err error) {
+	err = s.inTx(ctx, func(tx *txn) error {
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+			return err
+		}
+		return tx.Tx.GetContext(ctx, &prepared, `SELECT EXISTS (SELECT 1 FROM pg_prepared_statements WHERE statement = $1)`, query)
+	})
+	return prepared, err
+}

@@ -163,6 +163,7 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time, keepEvent
 // with partitionLockTimeout; it does not run fn when another holds it.
 func (s *Store) maintenanceTx(ctx context.Context, fn func(tx *txn) error) error {
 	return s.inTx(ctx, func(tx *txn) error {
+		tx.prep = nil // its statements are DDL named by the week: not worth keeping prepared
 		var locked bool
 		const q = `SELECT pg_try_advisory_xact_lock($1::bigint) AND set_config('lock_timeout', $2, true) IS NOT NULL`
 		if err := tx.GetContext(ctx, &locked, q, partitionLockKey, partitionLockTimeout); err != nil {

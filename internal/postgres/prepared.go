@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -30,6 +31,9 @@ type prepared struct {
 	// (Store.requestSlots), on which a request may prepare a statement.
 	spare bool
 	stmts sync.Map // query text → *sqlx.Stmt
+	// warming: query texts a transaction asked for, prepared (or failed
+	// to) in the background; see inTx.
+	warming sync.Map
 }
 
 // stmt returns query's statement, or nil when the pool must not prepare.
@@ -194,4 +198,76 @@ func (p *prepared) QueryRowxContext(ctx context.Context, query string, args ...a
 		return p.db.QueryRowxContext(ctx, query, args...)
 	}
 	return st.QueryRowxContext(ctx, args...)
+}
+
+// inTx returns the statement to run query with in tx, a store transaction
+// (Store.inTx), or nil to run it there unprepared. A query the pool has
+// prepared runs as that statement, which database/sql prepares once on
+// each connection: the transaction's statements skip PostgreSQL's parse
+// and plan as the ones outside transactions do (a confirm's eight
+// statements spent about 0.4 ms of the database's CPU planning each time).
+// A query not prepared yet runs unprepared this time and is prepared on the
+// pool in the background: the transaction holds its connection and must
+// not wait for a second one, which every other transaction may be holding.
+func (p *prepared) inTx(ctx context.Context, tx *sqlx.Tx, query string) *sqlx.Stmt {
+	if p == nil || p.unprepared {
+		return nil
+	}
+	if st, ok := p.stmts.Load(query); ok {
+		return tx.StmtxContext(ctx, st.(*sqlx.Stmt))
+	}
+	if _, started := p.warming.LoadOrStore(query, true); !started {
+		go func() {
+			// Once per text, whatever the outcome: a text that does not
+			// prepare (it fails unprepared too) is not tried again.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = p.stmt(ctx, query)
+		}()
+	}
+	return nil
+}
+
+// The transaction's query methods, through inTx.
+
+func (tx *txn) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
+		return st.GetContext(ctx, dest, args...)
+	}
+	return tx.Tx.GetContext(ctx, dest, query, args...)
+}
+
+func (tx *txn) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
+	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
+		return st.SelectContext(ctx, dest, args...)
+	}
+	return tx.Tx.SelectContext(ctx, dest, query, args...)
+}
+
+func (tx *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return tx.Tx.ExecContext(ctx, query, args...)
+}
+
+func (tx *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return tx.Tx.QueryContext(ctx, query, args...)
+}
+
+func (tx *txn) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
+	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
+		return st.QueryxContext(ctx, args...)
+	}
+	return tx.Tx.QueryxContext(ctx, query, args...)
+}
+
+func (tx *txn) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
+	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
+		return st.QueryRowxContext(ctx, args...)
+	}
+	return tx.Tx.QueryRowxContext(ctx, query, args...)
 }

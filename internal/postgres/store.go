@@ -38,9 +38,13 @@ type Store struct {
 func (s *Store) OnCommit(fn func(ctx context.Context, jobs []payments.Job)) { s.onCommit = fn }
 
 // txn is a transaction and the jobs it created, to enqueue after commit.
+// Its queries run as the pool's prepared statements once those exist (see
+// prepared.inTx); without prep (maintenance's DDL, a request's savepoint)
+// they run as sqlx.Tx's.
 type txn struct {
 	*sqlx.Tx
 	jobs []payments.Job
+	prep *prepared
 }
 
 // New returns a Store on db.
@@ -141,7 +145,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *txn) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	tx := &txn{Tx: sqltx}
+	tx := &txn{Tx: sqltx, prep: &s.q}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	if err := fn(tx); err != nil {
 		return err
