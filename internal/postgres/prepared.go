@@ -77,127 +77,125 @@ func (p *prepared) inRequest(ctx context.Context, rt *requestTx, query string) (
 	return rt.tx.StmtxContext(ctx, st), nil
 }
 
-func (p *prepared) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+// queryer runs a query by its text: the pool, or a transaction.
+type queryer interface {
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
+	SelectContext(ctx context.Context, dest any, query string, args ...any) error
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error)
+	QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row
+}
+
+// routed is where one query runs: as st when there is one, else by its
+// text on q.
+type routed struct {
+	st    *sqlx.Stmt
+	q     queryer
+	query string
+}
+
+func (r routed) GetContext(ctx context.Context, dest any, args ...any) error {
+	if r.st != nil {
+		return r.st.GetContext(ctx, dest, args...)
+	}
+	return r.q.GetContext(ctx, dest, r.query, args...)
+}
+
+func (r routed) SelectContext(ctx context.Context, dest any, args ...any) error {
+	if r.st != nil {
+		return r.st.SelectContext(ctx, dest, args...)
+	}
+	return r.q.SelectContext(ctx, dest, r.query, args...)
+}
+
+func (r routed) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
+	if r.st != nil {
+		return r.st.ExecContext(ctx, args...)
+	}
+	return r.q.ExecContext(ctx, r.query, args...)
+}
+
+func (r routed) QueryContext(ctx context.Context, args ...any) (*sql.Rows, error) {
+	if r.st != nil {
+		return r.st.QueryContext(ctx, args...)
+	}
+	return r.q.QueryContext(ctx, r.query, args...)
+}
+
+func (r routed) QueryxContext(ctx context.Context, args ...any) (*sqlx.Rows, error) {
+	if r.st != nil {
+		return r.st.QueryxContext(ctx, args...)
+	}
+	return r.q.QueryxContext(ctx, r.query, args...)
+}
+
+func (r routed) QueryRowxContext(ctx context.Context, args ...any) *sqlx.Row {
+	if r.st != nil {
+		return r.st.QueryRowxContext(ctx, args...)
+	}
+	return r.q.QueryRowxContext(ctx, r.query, args...)
+}
+
+// route returns where query runs: in ctx's request transaction (see
+// inRequest) or on the pool, prepared unless the pool must not prepare.
+// On an error the route is still usable, unprepared.
+func (p *prepared) route(ctx context.Context, query string) (routed, error) {
 	if rt := requestTxOf(ctx); rt != nil {
 		st, err := p.inRequest(ctx, rt, query)
-		if err != nil {
-			return err
-		}
-		if st != nil {
-			return st.GetContext(ctx, dest, args...)
-		}
-		return rt.tx.GetContext(ctx, dest, query, args...)
+		return routed{st: st, q: rt.tx, query: query}, err
 	}
 	st, err := p.stmt(ctx, query)
+	return routed{st: st, q: p.db, query: query}, err
+}
+
+func (p *prepared) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+	r, err := p.route(ctx, query)
 	if err != nil {
 		return err
 	}
-	if st == nil {
-		return p.db.GetContext(ctx, dest, query, args...)
-	}
-	return st.GetContext(ctx, dest, args...)
+	return r.GetContext(ctx, dest, args...)
 }
 
 func (p *prepared) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
-	if rt := requestTxOf(ctx); rt != nil {
-		st, err := p.inRequest(ctx, rt, query)
-		if err != nil {
-			return err
-		}
-		if st != nil {
-			return st.SelectContext(ctx, dest, args...)
-		}
-		return rt.tx.SelectContext(ctx, dest, query, args...)
-	}
-	st, err := p.stmt(ctx, query)
+	r, err := p.route(ctx, query)
 	if err != nil {
 		return err
 	}
-	if st == nil {
-		return p.db.SelectContext(ctx, dest, query, args...)
-	}
-	return st.SelectContext(ctx, dest, args...)
+	return r.SelectContext(ctx, dest, args...)
 }
 
 func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if rt := requestTxOf(ctx); rt != nil {
-		st, err := p.inRequest(ctx, rt, query)
-		if err != nil {
-			return nil, err
-		}
-		if st != nil {
-			return st.ExecContext(ctx, args...)
-		}
-		return rt.tx.ExecContext(ctx, query, args...)
-	}
-	st, err := p.stmt(ctx, query)
+	r, err := p.route(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	if st == nil {
-		return p.db.ExecContext(ctx, query, args...)
-	}
-	return st.ExecContext(ctx, args...)
+	return r.ExecContext(ctx, args...)
 }
 
 // The sqlx.QueryerContext methods, for helpers shared with transactions.
 
 func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if rt := requestTxOf(ctx); rt != nil {
-		st, err := p.inRequest(ctx, rt, query)
-		if err != nil {
-			return nil, err
-		}
-		if st != nil {
-			return st.QueryContext(ctx, args...)
-		}
-		return rt.tx.QueryContext(ctx, query, args...)
-	}
-	st, err := p.stmt(ctx, query)
+	r, err := p.route(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	if st == nil {
-		return p.db.QueryContext(ctx, query, args...)
-	}
-	return st.QueryContext(ctx, args...)
+	return r.QueryContext(ctx, args...)
 }
 
 func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
-	if rt := requestTxOf(ctx); rt != nil {
-		st, err := p.inRequest(ctx, rt, query)
-		if err != nil {
-			return nil, err
-		}
-		if st != nil {
-			return st.QueryxContext(ctx, args...)
-		}
-		return rt.tx.QueryxContext(ctx, query, args...)
-	}
-	st, err := p.stmt(ctx, query)
+	r, err := p.route(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	if st == nil {
-		return p.db.QueryxContext(ctx, query, args...)
-	}
-	return st.QueryxContext(ctx, args...)
+	return r.QueryxContext(ctx, args...)
 }
 
 func (p *prepared) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
-	if rt := requestTxOf(ctx); rt != nil {
-		if st, err := p.inRequest(ctx, rt, query); err == nil && st != nil {
-			return st.QueryRowxContext(ctx, args...)
-		}
-		return rt.tx.QueryRowxContext(ctx, query, args...)
-	}
-	st, err := p.stmt(ctx, query)
-	if err != nil || st == nil {
-		// Unprepared; or a failed prepare, whose error sqlx.Row can only
-		// carry from a query that fails the same way, seen on Scan.
-		return p.db.QueryRowxContext(ctx, query, args...)
-	}
-	return st.QueryRowxContext(ctx, args...)
+	// A failed prepare's error could only reach sqlx.Row from a query
+	// failing the same way, seen on Scan: this one runs unprepared.
+	r, _ := p.route(ctx, query)
+	return r.QueryRowxContext(ctx, args...)
 }
 
 // inTx returns the statement to run query with in tx, a store transaction
@@ -230,44 +228,30 @@ func (p *prepared) inTx(ctx context.Context, tx *sqlx.Tx, query string) *sqlx.St
 
 // The transaction's query methods, through inTx.
 
+func (tx *txn) route(ctx context.Context, query string) routed {
+	return routed{st: tx.prep.inTx(ctx, tx.Tx, query), q: tx.Tx, query: query}
+}
+
 func (tx *txn) GetContext(ctx context.Context, dest any, query string, args ...any) error {
-	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
-		return st.GetContext(ctx, dest, args...)
-	}
-	return tx.Tx.GetContext(ctx, dest, query, args...)
+	return tx.route(ctx, query).GetContext(ctx, dest, args...)
 }
 
 func (tx *txn) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
-	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
-		return st.SelectContext(ctx, dest, args...)
-	}
-	return tx.Tx.SelectContext(ctx, dest, query, args...)
+	return tx.route(ctx, query).SelectContext(ctx, dest, args...)
 }
 
 func (tx *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
-		return st.ExecContext(ctx, args...)
-	}
-	return tx.Tx.ExecContext(ctx, query, args...)
+	return tx.route(ctx, query).ExecContext(ctx, args...)
 }
 
 func (tx *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
-		return st.QueryContext(ctx, args...)
-	}
-	return tx.Tx.QueryContext(ctx, query, args...)
+	return tx.route(ctx, query).QueryContext(ctx, args...)
 }
 
 func (tx *txn) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
-	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
-		return st.QueryxContext(ctx, args...)
-	}
-	return tx.Tx.QueryxContext(ctx, query, args...)
+	return tx.route(ctx, query).QueryxContext(ctx, args...)
 }
 
 func (tx *txn) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
-	if st := tx.prep.inTx(ctx, tx.Tx, query); st != nil {
-		return st.QueryRowxContext(ctx, args...)
-	}
-	return tx.Tx.QueryRowxContext(ctx, query, args...)
+	return tx.route(ctx, query).QueryRowxContext(ctx, args...)
 }
