@@ -46,12 +46,16 @@ func run(ctx context.Context) error {
 	}
 	enq, closeQueue := env.Enqueuer() // expiries, refunds and disputes write events with deliveries
 	defer closeQueue()
-	// Two asynq servers, so two fetch loops: asynq fetches one task at a
-	// time per server, trying its queues in a weighted-random order at one
-	// Redis round trip per queue. Deliveries (the default queue) have a
+	// Three asynq servers, so three fetch loops: asynq fetches one task at
+	// a time per server, trying its queues in a weighted-random order at
+	// one Redis round trip per queue. Deliveries (the default queue) have a
 	// server of their own, so fetching one costs one round trip instead of
 	// about two, deliveries are fetched while money tasks are, and a
-	// delivery backlog never holds the slots of money tasks.
+	// delivery backlog never holds the slots of money tasks. Subscription
+	// charges (billing) have one too, a few at once: they are database work
+	// only, and thirty at once on two cores renewed no faster than two,
+	// their transactions idle while their goroutines waited for the CPU,
+	// and the API's queries queued behind all of them.
 	newServer := func(concurrency int, queues map[string]int) *asynq.Server {
 		return asynq.NewServerFromRedisClient(env.Redis, asynq.Config{
 			Concurrency:    concurrency,
@@ -69,11 +73,13 @@ func run(ctx context.Context) error {
 	}
 	others := maps.Clone(tasks.Queues) // critical and low, at their weights
 	delete(others, tasks.QueueDefault)
+	delete(others, tasks.QueueBilling)
 	servers := []*asynq.Server{
 		// Deliveries mostly wait on receivers, so concurrency is well above
 		// the core count.
 		newServer(50, map[string]int{tasks.QueueDefault: 1}),
 		newServer(30, others),
+		newServer(env.Config.WorkerBillingConcurrency, map[string]int{tasks.QueueBilling: 1}),
 	}
 	mux := asynq.NewServeMux()
 	(&worker.Handlers{Service: d.Service, Store: env.Store, Log: env.Log, EventRetention: env.Config.EventRetention}).Register(mux)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 	t.Setenv("REDIS_URL", testenv.RedisURL(t))
 	addr := testenv.FreeAddr(t)
 	t.Setenv("WORKER_ADMIN_ADDR", addr)
+	const billingConcurrency = 3
+	t.Setenv("WORKER_BILLING_CONCURRENCY", strconv.Itoa(billingConcurrency))
 	redisOpt := testenv.RedisOpt(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -58,22 +61,30 @@ func TestRunServesAndStopsGracefully(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two servers: deliveries (the default queue) alone, and the rest.
-	if len(servers) != 2 {
-		t.Fatalf("while running: got %d asynq servers registered, want 2", len(servers))
+	// Three servers: deliveries (the default queue) alone, subscription
+	// charges (billing) alone at WORKER_BILLING_CONCURRENCY, and the rest.
+	if len(servers) != 3 {
+		t.Fatalf("while running: got %d asynq servers registered, want 3", len(servers))
 	}
 	served := map[string]int{}
+	var queues []map[string]int
 	for _, s := range servers {
-		if _, ok := s.Queues[tasks.QueueDefault]; ok && len(s.Queues) != 1 {
-			t.Errorf("the deliveries' server: queues %v, want the default queue alone", s.Queues)
+		for _, alone := range []string{tasks.QueueDefault, tasks.QueueBilling} {
+			if _, ok := s.Queues[alone]; ok && len(s.Queues) != 1 {
+				t.Errorf("the %s queue's server: queues %v, want that queue alone", alone, s.Queues)
+			}
+		}
+		if _, ok := s.Queues[tasks.QueueBilling]; ok && s.Concurrency != billingConcurrency {
+			t.Errorf("the billing queue's server: concurrency %d, want WORKER_BILLING_CONCURRENCY (%d)", s.Concurrency, billingConcurrency)
 		}
 		for q := range s.Queues {
 			served[q]++
 		}
+		queues = append(queues, s.Queues)
 	}
 	for q := range tasks.Queues {
 		if served[q] != 1 {
-			t.Errorf("queue %q: served by %d servers, want 1 (servers' queues: %v, %v)", q, served[q], servers[0].Queues, servers[1].Queues)
+			t.Errorf("queue %q: served by %d servers, want 1 (servers' queues: %v)", q, served[q], queues)
 		}
 	}
 	// Its /metrics has every queue's depth (the autoscaling signal).

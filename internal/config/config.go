@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -79,6 +80,11 @@ type Config struct {
 	// running tasks before handing them back to the queue (asynq's
 	// ShutdownTimeout); keep it below the pod's terminationGracePeriodSeconds.
 	WorkerShutdownTimeout time.Duration
+	// WorkerBillingConcurrency is how many subscription charges a worker
+	// runs at once (WORKER_BILLING_CONCURRENCY; default half of GOMAXPROCS,
+	// at least 1). Each keeps one PostgreSQL backend busy, so this is how
+	// many of the database's cores a renewal sweep may take from the API.
+	WorkerBillingConcurrency int
 	// APIShutdownDelay is how long a stopping API fails /readyz before it
 	// closes its listener and drains (API_SHUTDOWN_DELAY).
 	APIShutdownDelay time.Duration
@@ -277,6 +283,7 @@ func Load(getenv func(string) string) (Config, error) {
 		c.APIShutdownDelay = d
 	}
 	c.WorkerShutdownTimeout = positiveDuration(get("WORKER_SHUTDOWN_TIMEOUT", "20s"), "WORKER_SHUTDOWN_TIMEOUT", bad)
+	c.WorkerBillingConcurrency = positiveInt(get("WORKER_BILLING_CONCURRENCY", strconv.Itoa(max(1, runtime.GOMAXPROCS(0)/2))), "WORKER_BILLING_CONCURRENCY", bad)
 	c.WebhookAllowPrivateNetworks = boolean(get("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "false"), "WEBHOOK_ALLOW_PRIVATE_NETWORKS", bad)
 	c.WebhookTLSInsecure = boolean(get("WEBHOOK_TLS_INSECURE", "false"), "WEBHOOK_TLS_INSECURE", bad)
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ func TestLoadDefaults(t *testing.T) {
 		{"DATABASE_URL", c.DatabaseURL, "postgres://postgres@127.0.0.1:5432/payments?sslmode=disable"},
 		{"DATABASE_POOL_MODE", c.DatabasePoolMode, "session"},
 		{"WORKER_SHUTDOWN_TIMEOUT", c.WorkerShutdownTimeout, 20 * time.Second},
+		{"WORKER_BILLING_CONCURRENCY (half of GOMAXPROCS)", c.WorkerBillingConcurrency, max(1, runtime.GOMAXPROCS(0)/2)},
 		{"API_SHUTDOWN_DELAY", c.APIShutdownDelay, time.Duration(0)},
 		{"DATABASE_DIRECT_URL (DATABASE_URL)", c.DatabaseDirectURL, c.DatabaseURL},
 		{"DATABASE_POOLER_PREPARED_STATEMENTS", c.DatabasePoolerPrepared, false},
@@ -85,6 +87,7 @@ func TestLoadOverrides(t *testing.T) {
 		"DATABASE_URL":                        "postgresql://app@db.internal:5433/pay?sslmode=require",
 		"DATABASE_POOL_MODE":                  "transaction",
 		"WORKER_SHUTDOWN_TIMEOUT":             "45s",
+		"WORKER_BILLING_CONCURRENCY":          "7",
 		"DATABASE_DIRECT_URL":                 "postgresql://app@db-direct.internal:5432/pay?sslmode=require",
 		"DATABASE_POOLER_PREPARED_STATEMENTS": "true",
 		"REDIS_URL":                           "redis://cache.internal:6380/3",
@@ -126,6 +129,7 @@ func TestLoadOverrides(t *testing.T) {
 		{"DATABASE_URL", c.DatabaseURL, vars["DATABASE_URL"]},
 		{"DATABASE_POOL_MODE", c.DatabasePoolMode, "transaction"},
 		{"WORKER_SHUTDOWN_TIMEOUT", c.WorkerShutdownTimeout, 45 * time.Second},
+		{"WORKER_BILLING_CONCURRENCY", c.WorkerBillingConcurrency, 7},
 		{"DATABASE_DIRECT_URL", c.DatabaseDirectURL, vars["DATABASE_DIRECT_URL"]},
 		{"DATABASE_POOLER_PREPARED_STATEMENTS", c.DatabasePoolerPrepared, true},
 		{"REDIS_URL", c.RedisURL, vars["REDIS_URL"]},
@@ -266,6 +270,7 @@ func TestLoadBadValues(t *testing.T) {
 		{"DATABASE_DIRECT_URL mysql", map[string]string{"DATABASE_DIRECT_URL": "mysql://"}, "DATABASE_DIRECT_URL"},
 		{"API_SHUTDOWN_DELAY negative", map[string]string{"API_SHUTDOWN_DELAY": "-1s"}, "API_SHUTDOWN_DELAY"},
 		{"WORKER_SHUTDOWN_TIMEOUT zero", map[string]string{"WORKER_SHUTDOWN_TIMEOUT": "0s"}, "WORKER_SHUTDOWN_TIMEOUT"},
+		{"WORKER_BILLING_CONCURRENCY zero", map[string]string{"WORKER_BILLING_CONCURRENCY": "0"}, "WORKER_BILLING_CONCURRENCY"},
 		{"DATABASE_POOL_MODE statement", map[string]string{"DATABASE_POOL_MODE": "statement"}, "DATABASE_POOL_MODE"},
 		{"DATABASE_POOLER_PREPARED_STATEMENTS maybe", map[string]string{"DATABASE_POOLER_PREPARED_STATEMENTS": "maybe"}, "DATABASE_POOLER_PREPARED_STATEMENTS"},
 		{"REDIS_URL http", map[string]string{"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL"},

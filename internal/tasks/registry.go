@@ -96,7 +96,7 @@ var Kinds = []Kind{
 	{
 		// A pending subscription charge: a renewal, a dunning retry whose
 		// time came (the relay finds those), an always_invoice proration.
-		Job: payments.JobSubscriptionCharge, Type: TypeSubscriptionCharge, Queue: QueueCritical,
+		Job: payments.JobSubscriptionCharge, Type: TypeSubscriptionCharge, Queue: QueueBilling,
 		MaxRetry: MoneyMaxRetry, Timeout: time.Minute, Payload: refPayload,
 		Stranded: StrandedStore.StrandedSubscriptionCharges,
 	},

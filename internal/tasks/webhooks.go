@@ -111,7 +111,11 @@ func (e *Enqueuer) PublishQueues(ctx context.Context) error {
 	if e.Redis == nil {
 		return nil
 	}
-	return e.Redis.SAdd(ctx, allQueuesKey, QueueCritical, QueueDefault, QueueLow).Err()
+	names := make([]any, 0, len(Queues))
+	for q := range Queues {
+		names = append(names, q)
+	}
+	return e.Redis.SAdd(ctx, allQueuesKey, names...).Err()
 }
 
 // Enqueue enqueues tasks after their transaction committed and returns how

@@ -373,9 +373,15 @@ func mustJSON(t *testing.T, v any) []byte {
 // criticalTask returns the task of id in the critical queue.
 func (s *deliveryStack) criticalTask(t *testing.T, id string) *asynq.TaskInfo {
 	t.Helper()
-	info, err := s.insp.GetTaskInfo(tasks.QueueCritical, id)
+	return s.queuedTask(t, tasks.QueueCritical, id)
+}
+
+// queuedTask returns the task of id in queue.
+func (s *deliveryStack) queuedTask(t *testing.T, queue, id string) *asynq.TaskInfo {
+	t.Helper()
+	info, err := s.insp.GetTaskInfo(queue, id)
 	if err != nil {
-		t.Fatalf("task %s in the critical queue: %v", id, err)
+		t.Fatalf("task %s in the %s queue: %v", id, queue, err)
 	}
 	return info
 }

@@ -105,7 +105,7 @@ func TestRenewalAfterRedisFlushAndDuplicatedTask(t *testing.T) {
 	sc := payments.Scope{MerchantID: s.merchant(t, "Flushed renewal shop")}
 	sub, id := s.dueSubscription(t, sc)
 
-	info := s.criticalTask(t, id)
+	info := s.queuedTask(t, tasks.QueueBilling, id)
 	var ref tasks.Ref
 	if err := json.Unmarshal(info.Payload, &ref); err != nil || info.Type != tasks.TypeSubscriptionCharge ||
 		ref != (tasks.Ref{MerchantID: sc.MerchantID, ID: id}) {
@@ -117,13 +117,13 @@ func TestRenewalAfterRedisFlushAndDuplicatedTask(t *testing.T) {
 	if n, err := worker.RelayOnce(ctx, s.store, s.enq, time.Now(), 0); err != nil || n < 1 {
 		t.Fatalf("RelayOnce: got %d, %v, want the charge re-enqueued", n, err)
 	}
-	if !s.pendingTasks(t, tasks.QueueCritical)[id] {
+	if !s.pendingTasks(t, tasks.QueueBilling)[id] {
 		t.Fatalf("after RelayOnce: no task for %s", id)
 	}
 	dup := tasks.NewMoneyTask(tasks.TypeSubscriptionCharge, tasks.Ref{MerchantID: sc.MerchantID, ID: id})
 	client := asynq.NewClient(s.redisOpt)
 	defer client.Close()
-	if _, err := client.Enqueue(asynq.NewTask(dup.Type(), dup.Payload(), asynq.TaskID(id+"_duplicate"), asynq.Queue(tasks.QueueCritical))); err != nil {
+	if _, err := client.Enqueue(asynq.NewTask(dup.Type(), dup.Payload(), asynq.TaskID(id+"_duplicate"), asynq.Queue(tasks.QueueBilling))); err != nil {
 		t.Fatal(err)
 	}
 
@@ -132,7 +132,7 @@ func TestRenewalAfterRedisFlushAndDuplicatedTask(t *testing.T) {
 		t.Fatalf("charge: got %+v, want succeeded", ch)
 	}
 	waitUntil(t, 10*time.Second, "both tasks done", func() (bool, string) {
-		p := s.pendingTasks(t, tasks.QueueCritical)
+		p := s.pendingTasks(t, tasks.QueueBilling)
 		return len(p) == 0, fmt.Sprint(p)
 	})
 	s.checkRenewedOnce(t, sc, sub, id)
@@ -164,12 +164,12 @@ func TestRenewalExactlyOnceAfterWorkerKilled(t *testing.T) {
 	t.Setenv("SANDBOX_REFUND_LATENCY", "0s")
 	startWorkerProcess(t, s, bin, "second worker")
 	waitUntil(t, 100*time.Second, "the dead worker's task recovered", func() (bool, string) {
-		info, err := s.insp.GetTaskInfo(tasks.QueueCritical, id)
+		info, err := s.insp.GetTaskInfo(tasks.QueueBilling, id)
 		if err != nil {
 			return false, err.Error()
 		}
 		if info.State == asynq.TaskStateRetry {
-			_ = s.insp.RunTask(tasks.QueueCritical, id) // cmd/worker would wait its backoff first
+			_ = s.insp.RunTask(tasks.QueueBilling, id) // cmd/worker would wait its backoff first
 		}
 		return info.State != asynq.TaskStateActive, fmt.Sprintf("state %v", info.State)
 	})
