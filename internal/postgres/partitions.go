@@ -204,6 +204,7 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 				days = append(days, d)
 			}
 		}
+		locked := false
 		for _, d := range days {
 			covered := slices.ContainsFunc(parts, func(p partition) bool {
 				return p.day.Equal(d) || (p.day.IsZero() && !p.until.Before(d.AddDate(0, 0, partitionSpan)))
@@ -212,6 +213,22 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 				continue
 			}
 			name := table + "_" + d.Format("20060102")
+			if !locked {
+				// EXCLUSIVE on the parent (reads go on), once, before the first
+				// creation: it waits for the writers in flight and makes later
+				// ones wait until commit, so no row of a new partition's range
+				// can land in the default partition between createPartition's
+				// look and its CREATE (which would then fail: the default
+				// partition's constraint would be violated), and a writer whose
+				// statement would otherwise take its snapshot before a move's
+				// DELETE (and find its row gone) sees the row where it lands.
+				// The CREATE locks the parent at least as hard.
+				lock := fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table))
+				if _, err := tx.ExecContext(ctx, lock); err != nil {
+					return fmt.Errorf("lock %s for the creation of %s: %w", table, name, err)
+				}
+				locked = true
+			}
 			if err := createPartition(ctx, tx, table, col, name, d, d.AddDate(0, 0, partitionSpan)); err != nil {
 				return err
 			}
@@ -229,7 +246,8 @@ const maxStrayWeeks = 100
 // createPartition creates the partition name of table for [from, to). Rows
 // of that range already in the default partition (which would make the
 // creation fail) are moved out first and back in after, through a
-// temporary table dropped at commit.
+// temporary table dropped at commit. The caller holds EXCLUSIVE on table
+// (createPartitions).
 func createPartition(ctx context.Context, tx *txn, table, col, name string, from, to time.Time) error {
 	def := pq.QuoteIdentifier(table + "_default")
 	var stray bool
@@ -238,15 +256,8 @@ func createPartition(ctx context.Context, tx *txn, table, col, name string, from
 		return fmt.Errorf("look for rows of %s in %s: %w", name, def, err)
 	}
 	if stray {
-		// The move is a DELETE and an INSERT, not an UPDATE: a writer whose
-		// statement had taken its snapshot before the DELETE committed would
-		// find its row gone and change nothing. EXCLUSIVE on the parent (reads
-		// go on) waits for the writers in flight and makes later ones wait
-		// before they take their snapshot, so they see the row where it lands.
-		lock := fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table))
-		if _, err := tx.ExecContext(ctx, lock); err != nil {
-			return fmt.Errorf("lock %s for the move of %s: %w", table, name, err)
-		}
+		// The move is a DELETE and an INSERT, not an UPDATE (see the
+		// caller's lock).
 		tmp := fmt.Sprintf(`CREATE TEMPORARY TABLE partition_move (LIKE %s) ON COMMIT DROP`, pq.QuoteIdentifier(table))
 		if _, err := tx.ExecContext(ctx, tmp); err != nil {
 			return fmt.Errorf("create table for the rows of %s: %w", name, err)

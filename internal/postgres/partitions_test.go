@@ -55,6 +55,13 @@ func freshDB(t *testing.T, version int64) *sqlx.DB {
 			a.Close()
 		}
 	})
+	migrateTo(t, db, version)
+	return db
+}
+
+// migrateTo applies the migrations up to version (0: every migration).
+func migrateTo(t *testing.T, db *sqlx.DB, version int64) {
+	t.Helper()
 	p, err := goose.NewProvider(goose.DialectPostgres, db.DB, migrations.FS)
 	if err != nil {
 		t.Fatal(err)
@@ -65,9 +72,8 @@ func freshDB(t *testing.T, version int64) *sqlx.DB {
 		_, err = p.UpTo(context.Background(), version)
 	}
 	if err != nil {
-		t.Fatalf("migrate %s: %v", name, err)
+		t.Fatalf("migrate to %d: %v", version, err)
 	}
-	return db
 }
 
 // relations lists the database's tables (partitions included).
@@ -647,5 +653,61 @@ func TestPartitionMoveKeepsConcurrentWrites(t *testing.T) {
 		if missed.Load() != 0 || attempts != applied.Load() {
 			t.Errorf("round %d: %d updates found no row; attempts %d, want the %d applied", i, missed.Load(), attempts, applied.Load())
 		}
+	}
+}
+
+// TestPartitionCreationWaitsForWriters: a row of a week that has no
+// partition yet, written into the default partition while maintenance
+// creates that week's partition, is moved into it, not a failed run. The
+// writer's transaction is open when maintenance starts and commits while
+// maintenance waits for it: looking for the week's rows before taking the
+// lock found none, and the CREATE then failed on the committed row ("updated
+// partition constraint for default partition would be violated").
+func TestPartitionCreationWaitsForWriters(t *testing.T) {
+	// Not parallel: its run holds the maintenance lock while it waits, and
+	// the other tests' runs would return at once, having done nothing.
+	db := testenv.DB(t)
+	store := postgres.New(db)
+	forever := 100 * 365 * 24 * time.Hour // nothing of the shared database is dropped
+	// Years ahead, so that no other test's run has made the week's partition.
+	at := time.Now().UTC().AddDate(9, 0, 0)
+	var n int
+	if err := db.Get(&n, `SELECT count(*) FROM pg_class WHERE relname = $1`, "idempotency_keys_"+week(at)); err != nil || n != 0 {
+		t.Fatalf("partition idempotency_keys_%s before the run: got %d (%v), want none", week(at), n, err)
+	}
+	mid := payments.NewID("mch_")
+	tx, err := db.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`INSERT INTO idempotency_keys (merchant_id, livemode, key, request_hash, expires_at, created_at)
+		VALUES ($1, false, 'written during maintenance', '\x00', $2, $2)`, mid, at); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := store.MaintainPartitions(context.Background(), at, forever, forever)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("maintenance returned (%v) while a writer of idempotency_keys was open, want it to wait", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("maintenance after the writer committed: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("maintenance still running 30s after the writer committed")
+	}
+	var in string
+	if err := db.Get(&in, `SELECT tableoid::regclass::text FROM idempotency_keys WHERE merchant_id = $1`, mid); err != nil || in != "idempotency_keys_"+week(at) {
+		t.Errorf("the row written during maintenance: in %q (%v), want idempotency_keys_%s", in, err, week(at))
 	}
 }
