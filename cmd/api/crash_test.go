@@ -68,6 +68,7 @@ func startAPI(t *testing.T, crashAt string) *apiProcess {
 	t.Helper()
 	addr := testenv.FreeAddr(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeForCrashTests$", "-test.count=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no orphan when the test is killed
 	cmd.Env = append(os.Environ(),
 		serveEnv+"=1", crashEnv+"="+crashAt,
 		"DATABASE_URL="+testenv.DatabaseURL(t), "REDIS_URL="+testenv.RedisURL(t),

@@ -25,6 +25,7 @@ func TestAPISigtermFailsReadinessThenDrains(t *testing.T) {
 	bin := buildBinaries(t)
 	apiAddr, adminAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	cmd := exec.Command(filepath.Join(bin, "api"), "serve")
+	dieWithTest(cmd)
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+testenv.DatabaseURL(t),
 		"REDIS_URL="+testenv.RedisURL(t),

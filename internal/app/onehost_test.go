@@ -161,6 +161,7 @@ func (r *redisServer) start(t *testing.T) {
 	t.Helper()
 	_, port, _ := strings.Cut(r.addr, ":")
 	r.cmd = exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	dieWithTest(r.cmd)
 	r.done = make(chan struct{})
 	if err := r.cmd.Start(); err != nil {
 		t.Fatalf("start redis-server (needed to kill Redis under the processes): %v", err)
@@ -199,12 +200,20 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
+// dieWithTest has cmd killed when the test binary dies: a server left
+// behind by a killed `go test` holds its port and takes the next run's
+// tasks from Redis, against a database that is gone.
+func dieWithTest(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
 // startProcess runs bin with env and returns a channel closed when it
 // exits. At the end of the test it stops it with SIGTERM and wants a clean
 // exit; its output is shown if the test failed.
 func startProcess(t *testing.T, bin string, args, env []string, name string) <-chan struct{} {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
+	dieWithTest(cmd)
 	cmd.Env = env
 	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs

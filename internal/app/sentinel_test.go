@@ -251,6 +251,7 @@ func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:]
 func startDaemon(t *testing.T, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(name, args...)
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}

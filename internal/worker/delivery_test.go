@@ -1180,6 +1180,10 @@ func startWorkerProcess(t *testing.T, s *deliveryStack, bin, name string) *worke
 		"SECRETS_KEY="+base64.StdEncoding.EncodeToString(s.key),
 		"LOG_LEVEL=debug",
 	)
+	// The worker dies with the test binary: one left behind by a killed
+	// `go test` keeps taking this Redis database's tasks, against a
+	// database that is gone, and fails the next run's delivery tests.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	w := &lockedWriter{w: &bytes.Buffer{}}
 	p := &workerProcess{cmd: cmd, logs: w, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = w, w
