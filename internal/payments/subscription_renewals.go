@@ -205,6 +205,12 @@ func (s *Service) settle(sc Scope, now time.Time, plan Plan, ch *SubscriptionCha
 			eff = pi.succeed(plan, out.Last4, now)
 			eff.Events = []Event{newEvent(EventPaymentSucceeded, pi.Object(), now)}
 			ch.PaymentIntentID = &pi.ID
+			if out.DisputeReason != "" { // the cardholder disputes it: opened by a worker, as any dispute
+				eff.ProcessorEvents = append(eff.ProcessorEvents, ProcessorEvent{
+					ID: NewID("pev_"), Type: ProcessorDisputeCreated, PaymentIntentID: pi.ID,
+					Data: ProcessorEventData{Reason: out.DisputeReason}, Created: now,
+				})
+			}
 		}
 		// A renewal moves the period it was written for, unless the
 		// subscription ended meanwhile (a cancellation that raced the

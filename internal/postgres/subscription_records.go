@@ -254,9 +254,14 @@ func (s *Store) UpdateSubscription(ctx context.Context, sc payments.Scope, id st
 // saveSubscription writes a locked subscription back, with its items'
 // quantities (the only thing of an item that changes).
 func saveSubscription(ctx context.Context, tx *txn, sc payments.Scope, sub payments.Subscription) error {
+	// renewal_charged_for is derived here, in every save, from the charges:
+	// the period end when the renewal charge of the period after it exists
+	// (the sweep inserts it before it saves), else null (migration 0017).
 	const q = `UPDATE subscriptions SET status = $4, anchor = $5, current_period_start = $6, current_period_end = $7,
 		cancel_at_period_end = $8, canceled_at = $9, ended_at = $10, trial_end = $11, pending_proration = $12,
-		card_id = $13, next_retry_at = $14, metadata = $15, processor_synced_at = $16, updated_at = now()
+		card_id = $13, next_retry_at = $14, metadata = $15, processor_synced_at = $16, updated_at = now(),
+		renewal_charged_for = CASE WHEN EXISTS (SELECT 1 FROM subscription_charges ch
+			WHERE ch.subscription_id = $3 AND ch.period_start = $7) THEN $7::timestamptz END
 	WHERE merchant_id = $1 AND livemode = $2 AND id = $3`
 	_, err := tx.ExecContext(ctx, q, sc.MerchantID, sc.Live, sub.ID, sub.Status, sub.Anchor, sub.CurrentPeriodStart,
 		sub.CurrentPeriodEnd, sub.CancelAtPeriodEnd, sub.CanceledAt, sub.EndedAt, sub.TrialEnd, sub.PendingProration,

@@ -105,7 +105,10 @@ type dueSubscriptionRow struct {
 // waited for rather than skipped: advance-clock then sees the work a
 // concurrent sweep is doing for its scope once it is committed.
 func (s *Store) RenewDue(ctx context.Context, now time.Time, limit int, only *payments.Scope, fn func(payments.Scope, *payments.Subscription, time.Time) (*payments.SubscriptionCharge, payments.Effects, error)) (int, error) {
-	const noCharge = ` AND NOT EXISTS (SELECT 1 FROM subscription_charges ch
+	// renewal_charged_for leaves out, by the index, the subscriptions
+	// whose charge was written (saveSubscription sets it after the insert
+	// below; migration 0017); NOT EXISTS decides.
+	const noCharge = ` AND s.renewal_charged_for IS DISTINCT FROM s.current_period_end AND NOT EXISTS (SELECT 1 FROM subscription_charges ch
 		WHERE ch.subscription_id = s.id AND ch.period_start = s.current_period_end)`
 	const due = `SELECT s.merchant_id, ` + subscriptionCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
 		WHERE c.merchant_id = s.merchant_id AND c.livemode = s.livemode), 0) AS offset_us

@@ -168,6 +168,11 @@ type Outcome struct {
 	Succeeded   bool
 	DeclineCode string // card_declined, insufficient_funds, invalid_number …
 	Last4       string
+	// DisputeReason, set on a charge that succeeded, says the cardholder
+	// disputes it (with this reason): the sandbox's dispute card. The
+	// dispute is recorded with the charge, as a processor event for a
+	// worker to apply. A real processor reports disputes by webhook.
+	DisputeReason string
 }
 
 // ErrBadClientCredentials is a browser's confirmation whose publishable key

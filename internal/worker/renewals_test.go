@@ -103,6 +103,21 @@ func (e *renewalEnv) card(t *testing.T, customerID, behavior string) string {
 	return id
 }
 
+// dueUnswept subscribes from start (the clock moved there) with a card that
+// succeeds, then moves the clock by d without sweeping (the store's
+// AdvanceClock, not the Service's), and waits out the clock's offset cache:
+// the renewal is due, for the test's own sweeps.
+func (e *renewalEnv) dueUnswept(t *testing.T, start time.Time, d time.Duration) payments.Subscription {
+	t.Helper()
+	e.clockTo(t, start.Add(time.Minute))
+	s := e.subscribe(t, monthly(t), start, 1, payments.CardSucceeds, 0)
+	if _, err := e.store.AdvanceClock(context.Background(), e.sc, d); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the clock's offset cache
+	return s
+}
+
 // setCard makes card the subscription's card, as the portal does.
 func (e *renewalEnv) setCard(t *testing.T, subID, card string) {
 	t.Helper()
@@ -249,6 +264,52 @@ func TestRenewalMonthEndAnchors(t *testing.T) {
 	want := "[customer.subscription.updated:active customer.subscription.updated:active customer.subscription.updated:active]"
 	if got := e.eventTypes(t, s.ID); fmt.Sprint(got) != want {
 		t.Errorf("events of the subscription: got %v, want %s", got, want)
+	}
+}
+
+// A renewal charged to the dispute card (4000 0000 0000 0259) succeeds,
+// then a fraudulent dispute opens on its payment, as on a one-time payment:
+// the processor event is written with the charge, and a worker opens it.
+func TestRenewalOnTheDisputeCardOpensADispute(t *testing.T) {
+	t.Parallel()
+	e := newRenewalEnv(t)
+	ctx := context.Background()
+	start := utc(t, "2028-06-01T00:00:00Z")
+	e.clockTo(t, start.Add(time.Minute))
+	s := e.subscribe(t, monthly(t), start, 1, payments.CardDisputes, 0)
+	if a := e.advance(t, 30*24*time.Hour); a.Renewals != 1 {
+		t.Fatalf("renewal: got %+v, want one", a)
+	}
+	checkPeriod(t, "after the renewal", e.sub(t, s.ID), payments.SubActive, "2028-07-01T00:00:00Z", "2028-08-01T00:00:00Z")
+	var pi, pev string
+	if err := e.db.QueryRow(`SELECT payment_intent_id FROM subscription_charges WHERE subscription_id = $1 AND status = 'succeeded'`,
+		s.ID).Scan(&pi); err != nil {
+		t.Fatalf("the renewal's payment: %v", err)
+	}
+	if err := e.db.QueryRow(`SELECT id FROM processor_events WHERE merchant_id = $1 AND payment_intent_id = $2 AND type = $3 AND processed_at IS NULL`,
+		e.sc.MerchantID, pi, payments.ProcessorDisputeCreated).Scan(&pev); err != nil {
+		t.Fatalf("the renewal's dispute.created, written with the charge: %v", err)
+	}
+	if err := e.svc.ApplyProcessorEvent(ctx, e.sc, pev); err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Status, Reason string
+		Amount         int64
+	}
+	if err := e.db.QueryRow(`SELECT status, reason, amount FROM disputes WHERE merchant_id = $1 AND payment_intent_id = $2`,
+		e.sc.MerchantID, pi).Scan(&d.Status, &d.Reason, &d.Amount); err != nil {
+		t.Fatalf("the renewal's dispute: %v", err)
+	}
+	if d.Status != payments.DisputeNeedsResponse || d.Reason != "fraudulent" || d.Amount != 1500 {
+		t.Errorf("the renewal's dispute: got %+v, want needs_response, fraudulent, 1500", d)
+	}
+	// The working card's renewals open none.
+	ok := e.subscribe(t, monthly(t), start.Add(time.Hour), 1, payments.CardSucceeds, 0)
+	e.advance(t, 24*time.Hour)
+	if n := e.count(t, `SELECT count(*) FROM processor_events p JOIN subscription_charges c ON c.payment_intent_id = p.payment_intent_id
+		WHERE c.subscription_id = $1 AND p.type = $2`, ok.ID, payments.ProcessorDisputeCreated); n != 0 {
+		t.Errorf("dispute.created on a renewal with 4242: got %d, want 0", n)
 	}
 }
 
@@ -402,13 +463,7 @@ func TestRenewalExactlyOnceUnderRaces(t *testing.T) {
 	t.Parallel()
 	e := newRenewalEnv(t)
 	ctx := context.Background()
-	start := utc(t, "2027-02-01T00:00:00Z")
-	e.clockTo(t, start.Add(time.Minute))
-	s := e.subscribe(t, monthly(t), start, 1, payments.CardSucceeds, 0)
-	if _, err := e.store.AdvanceClock(ctx, e.sc, 28*24*time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1100 * time.Millisecond) // the clock's offset cache
+	s := e.dueUnswept(t, utc(t, "2027-02-01T00:00:00Z"), 28*24*time.Hour)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)
@@ -443,6 +498,41 @@ func TestRenewalExactlyOnceUnderRaces(t *testing.T) {
 	checkPeriod(t, "after the renewal", e.sub(t, s.ID), payments.SubActive, "2027-03-01T00:00:00Z", "2027-04-01T00:00:00Z")
 }
 
+// The sweep leaves out of its index the subscriptions whose renewal charge
+// it wrote (renewal_charged_for, migration 0017), so that a backlog of
+// charges waiting for their attempt is not read again by every batch, and
+// takes each back once its charge moved the period.
+func TestSweepLeavesChargedSubscriptionsOut(t *testing.T) {
+	t.Parallel()
+	e := newRenewalEnv(t)
+	ctx := context.Background()
+	s := e.dueUnswept(t, utc(t, "2028-09-01T00:00:00Z"), 30*24*time.Hour)
+	// inIndex is whether the subscription is in the sweep's index.
+	inIndex := func() bool {
+		t.Helper()
+		return e.count(t, `SELECT count(*) FROM subscriptions WHERE id = $1 AND status IN ('active', 'trialing', 'past_due')
+			AND processor_subscription_id IS NULL AND renewal_charged_for IS DISTINCT FROM current_period_end`, s.ID) == 1
+	}
+	// (Another test's sweep may write its charge first: sweeps are global.)
+	if _, err := e.svc.RenewDueSubscriptions(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.charges(t, s.ID)
+	if len(ids) != 1 {
+		t.Fatalf("charges after the sweep: got %v, want one", ids)
+	}
+	if inIndex() {
+		t.Error("its renewal charge written: still in the sweep's index")
+	}
+	if _, err := e.svc.ChargeSubscription(ctx, e.sc, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	checkPeriod(t, "after the charge", e.sub(t, s.ID), payments.SubActive, "2028-10-01T00:00:00Z", "2028-11-01T00:00:00Z")
+	if !inIndex() {
+		t.Error("renewed: not back in the sweep's index")
+	}
+}
+
 // A cancellation racing a renewal's charge leaves one consistent outcome:
 // canceled, with either no charge made (the charge failed
 // subscription_ended) or one payment that stands (renewed, then canceled;
@@ -453,13 +543,7 @@ func TestCancelRacingRenewal(t *testing.T) {
 	for i := range 6 {
 		e := newRenewalEnv(t)
 		ctx := context.Background()
-		start := utc(t, "2027-04-01T00:00:00Z")
-		e.clockTo(t, start.Add(time.Minute))
-		s := e.subscribe(t, monthly(t), start, 1, payments.CardSucceeds, 0)
-		if _, err := e.store.AdvanceClock(ctx, e.sc, 30*24*time.Hour); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(1100 * time.Millisecond)
+		s := e.dueUnswept(t, utc(t, "2027-04-01T00:00:00Z"), 30*24*time.Hour)
 		if _, err := e.svc.RenewDueSubscriptions(ctx, 100); err != nil {
 			t.Fatalf("sweep: %v", err)
 		}

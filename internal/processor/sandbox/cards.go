@@ -31,6 +31,9 @@ func (s *Sandbox) Cards(inbox Inbox) *Cards { return &Cards{sb: s, inbox: inbox}
 
 func normalize(card string) string { return strings.NewReplacer(" ", "", "-", "").Replace(card) }
 
+// disputeReason is the dispute card's: "a fraudulent dispute opens".
+const disputeReason = "fraudulent"
+
 // later is what the network reports after a successful charge with card.
 func later(card string, o processor.Outcome) []payments.ProcessorEvent {
 	if !o.Succeeded || normalize(card) != CardDispute {
@@ -38,7 +41,7 @@ func later(card string, o processor.Outcome) []payments.ProcessorEvent {
 	}
 	return []payments.ProcessorEvent{{
 		ExternalID: payments.NewID("sbevt_"), Type: payments.ProcessorDisputeCreated,
-		Data: payments.ProcessorEventData{Reason: "fraudulent"},
+		Data: payments.ProcessorEventData{Reason: disputeReason},
 	}}
 }
 

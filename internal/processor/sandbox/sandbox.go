@@ -198,12 +198,17 @@ func (s *Sandbox) ChargeCard(ctx context.Context, acct processor.Account, c proc
 	SELECT $1, $2, $3, $4, $5, $6, behavior <> 'declines', CASE WHEN behavior = 'declines' THEN 'card_declined' END, last4
 	FROM sandbox_cards WHERE merchant_id = $2 AND livemode = $3 AND id = $4
 	ON CONFLICT (charge_key) DO NOTHING`
-	const answer = `SELECT succeeded, coalesce(decline_code, '') AS decline_code, last4 FROM sandbox_card_charges
-	WHERE charge_key = $1 AND merchant_id = $2 AND livemode = $3`
+	// A charge is recorded only of a saved card, whose behaviour never
+	// changes: the answer reads the dispute card's from the card.
+	const answer = `SELECT ch.succeeded, coalesce(ch.decline_code, '') AS decline_code, ch.last4,
+		c.behavior = 'disputes' AS disputed
+	FROM sandbox_card_charges ch JOIN sandbox_cards c ON c.id = ch.card_id AND c.merchant_id = ch.merchant_id AND c.livemode = ch.livemode
+	WHERE ch.charge_key = $1 AND ch.merchant_id = $2 AND ch.livemode = $3`
 	var r struct {
 		Succeeded   bool   `db:"succeeded"`
 		DeclineCode string `db:"decline_code"`
 		Last4       string `db:"last4"`
+		Disputed    bool   `db:"disputed"`
 	}
 	_, err := s.db.ExecContext(ctx, charge, c.Key, acct.MerchantID, acct.Live, c.CardID, c.Amount, c.Currency)
 	if err == nil {
@@ -224,5 +229,9 @@ func (s *Sandbox) ChargeCard(ctx context.Context, acct processor.Account, c proc
 	case err != nil:
 		return processor.Outcome{}, &processor.Error{Op: "charge_card", Retryable: true, Code: "sandbox_unavailable", Err: err}
 	}
-	return processor.Outcome{Succeeded: r.Succeeded, DeclineCode: r.DeclineCode, Last4: r.Last4}, nil
+	o := processor.Outcome{Succeeded: r.Succeeded, DeclineCode: r.DeclineCode, Last4: r.Last4}
+	if r.Succeeded && r.Disputed {
+		o.DisputeReason = disputeReason
+	}
+	return o, nil
 }
