@@ -41,10 +41,18 @@ run:
 	$(MAKE) --no-print-directory build
 	bash deploy/local/run.sh
 
+# The tests' output is kept in .local/test.log; when they fail, their
+# failures (each --- FAIL with its messages, a timeout's running tests) are
+# printed again at the end, where a CI log's tail shows them.
 test:
 	bash deploy/local/services.sh --chromium
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
+	@mkdir -p .local
+	@echo "$(GO) test -race -count=1 -timeout 20m ./... | tee .local/test.log"
+	@set -o pipefail; $(GO) test -race -count=1 -timeout 20m ./... 2>&1 | tee .local/test.log || { \
+	  echo; echo "=== make test failed; the failures again (whole output: .local/test.log):"; \
+	  awk '/^panic: /{n=6} /^ *--- FAIL/{n=12} /^(FAIL|ok) /{n=0} /^FAIL/{print; next} n>0{print; n--}' .local/test.log | tail -n 120; \
+	  exit 1; }
 
 # DATABASE_POOL_MODE=transaction, tested: the tests reach their databases
 # through deploy/local/pgbouncer.sh (transaction mode, 4 server connections

@@ -58,13 +58,31 @@ func TestServeForCrashTests(t *testing.T) {
 type apiProcess struct {
 	url    string
 	cmd    *exec.Cmd
-	done   chan error
-	stderr *bytes.Buffer
+	exited chan struct{} // closed when the process is gone; err is then set
+	err    error
+	stderr *bytes.Buffer // read only once exited is closed
 }
 
 // startAPI runs `api serve` in a child process that kills itself at crashAt
-// (never when empty) and waits until it answers.
+// (never when empty) and waits until it answers. A child that could not
+// bind its addresses (another process took a port FreeAddr handed out) is
+// started again on new ones.
 func startAPI(t *testing.T, crashAt string) *apiProcess {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		p, up := tryStartAPI(t, crashAt)
+		if up {
+			return p
+		}
+		if !strings.Contains(p.stderr.String(), "address already in use") || attempt == 3 {
+			t.Fatalf("api exited (%v) before it answered; stderr:\n%s", p.err, p.stderr)
+		}
+	}
+}
+
+// tryStartAPI starts the child and reports whether it answered; when it
+// did not, the child has exited.
+func tryStartAPI(t *testing.T, crashAt string) (*apiProcess, bool) {
 	t.Helper()
 	addr := testenv.FreeAddr(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeForCrashTests$", "-test.count=1")
@@ -75,47 +93,54 @@ func startAPI(t *testing.T, crashAt string) *apiProcess {
 		"API_ADDR="+addr, "ADMIN_ADDR="+testenv.FreeAddr(t),
 		"PUBLIC_BASE_URL=http://"+addr, "LOG_LEVEL=error",
 	)
-	p := &apiProcess{url: "http://" + addr, cmd: cmd, done: make(chan error, 1), stderr: &bytes.Buffer{}}
+	p := &apiProcess{url: "http://" + addr, cmd: cmd, exited: make(chan struct{}), stderr: &bytes.Buffer{}}
 	cmd.Stdout, cmd.Stderr = io.Discard, p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- cmd.Wait() }()
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	// Every path waits on the closed channel, so none of them can take
+	// the exit from another: a cleanup waiting on a channel the start-up
+	// had drained hung the package until go test's timeout.
 	t.Cleanup(func() {
 		cmd.Process.Kill() //nolint:errcheck // it may be gone already
-		<-p.done
+		<-p.exited
 	})
 	client := &http.Client{Timeout: time.Second}
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		select {
-		case err := <-p.done:
-			t.Fatalf("api exited (%v) before it answered; stderr:\n%s", err, p.stderr)
+		case <-p.exited:
+			return p, false
 		default:
 		}
 		res, err := client.Get(p.url + "/v1/openapi.yaml")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return p
+				return p, true
 			}
 		}
 	}
+	cmd.Process.Kill() //nolint:errcheck // to read its stderr
+	<-p.exited
 	t.Fatalf("api did not answer within 20s; stderr:\n%s", p.stderr)
-	return nil
+	return nil, false
 }
 
 // waitKilled waits for the process to die of its crash point's SIGKILL.
 func (p *apiProcess) waitKilled(t *testing.T, point string) {
 	t.Helper()
 	select {
-	case err := <-p.done:
-		p.done <- err // for the cleanup
+	case <-p.exited:
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("api ended with %v, want killed at %s; stderr:\n%s", err, point, p.stderr)
+		if !errors.As(p.err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("api ended with %v, want killed at %s; stderr:\n%s", p.err, point, p.stderr)
+		}
+		if !strings.Contains(p.stderr.String(), "crash point "+point+" reached") {
+			t.Fatalf("api was killed, but not at its crash point %s; stderr:\n%s", point, p.stderr)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("api still running 20s after the request, want it killed at %s; stderr:\n%s", point, p.stderr)
+		t.Fatalf("api still running 20s after the request, want it killed at %s", point)
 	}
 }
 
