@@ -1,9 +1,12 @@
 package testenv
 
 import (
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -11,13 +14,7 @@ import (
 // FreeAddr returns a loopback address nobody listens on right now.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePorts(t, 1)))
 }
 
 // WaitReady polls an admin listener's /readyz until it answers 200; it fails
@@ -63,16 +60,21 @@ func WaitRun(t testing.TB, done <-chan error) error {
 // FreePorts returns the first of n consecutive loopback ports nobody listens
 // on right now (for ADMIN_ADDR, whose port +1 and +2 the worker and the
 // scheduler take).
+//
+// The ports are drawn at random from below the kernel's ephemeral range,
+// not asked of it (":0"): a port from that range is free again once its
+// probe closes, and before the test's server binds it an outgoing
+// connection of any process may take it as its local port — parallel test
+// packages open hundreds a second to PostgreSQL and Redis — and the server
+// fails with "address already in use". Below the range only another
+// test's random draw can collide.
 func FreePorts(t testing.TB, n int) int {
 	t.Helper()
+	lo, hi := portsBelowEphemeral()
 	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls := []net.Listener{l}
-		base := l.Addr().(*net.TCPAddr).Port
-		for p := base + 1; p < base+n && p <= 65535; p++ {
+		base := lo + rand.IntN(hi-lo-n)
+		var ls []net.Listener
+		for p := base; p < base+n; p++ {
 			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
 				ls = append(ls, l)
 			}
@@ -84,6 +86,25 @@ func FreePorts(t testing.TB, n int) int {
 			return base
 		}
 	}
-	t.Fatalf("found no %d consecutive free ports in 100 tries", n)
+	t.Fatalf("found no %d consecutive free ports in [%d, %d) in 100 tries", n, lo, hi)
 	return 0
+}
+
+// portsBelowEphemeral is the range FreePorts draws from: from 10000 up to
+// the first port of the ephemeral range (ip_local_port_range; 32768 when
+// it cannot be read), or 10000 ports below 65536 when that range starts
+// too low to leave room.
+func portsBelowEphemeral() (lo, hi int) {
+	hi = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if first, err := strconv.Atoi(f[0]); err == nil {
+				hi = first
+			}
+		}
+	}
+	if hi-10000 < 5000 {
+		return 55536, 65536
+	}
+	return 10000, hi
 }
