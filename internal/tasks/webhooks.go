@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -120,17 +121,65 @@ func (e *Enqueuer) PublishQueues(ctx context.Context) error {
 
 // Enqueue enqueues tasks after their transaction committed and returns how
 // many it queued. A task already queued (ErrTaskIDConflict: its TaskID is
-// its row's id) is fine; any other failure is only logged: the row stays
-// and the relay enqueues it.
+// its row's id) is fine; any other failure is only logged, once for the
+// call: the rows stay and the relay enqueues them.
+//
+// Many tasks (a sweep's batch writes hundreds) are enqueued enqueueWidth
+// at a time, each an asynq script call and a Redis round trip of its own:
+// one after another, a batch of 500 outlasted the after-commit budget
+// (app.EnqueueBudget) under load, and the relay picked the rest up a
+// relay period later.
 func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task) int {
-	n := 0
-	for _, t := range ts {
-		if e.enqueue(ctx, t) {
-			n++
+	var (
+		mu       sync.Mutex
+		queued   int
+		failed   int
+		firstErr error
+		errType  string
+	)
+	one := func(t *asynq.Task) {
+		_, err := e.Client.EnqueueContext(ctx, t)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			queued++
+		case errors.Is(err, asynq.ErrTaskIDConflict):
+		default:
+			if failed++; firstErr == nil {
+				firstErr, errType = err, t.Type()
+			}
 		}
 	}
-	return n
+	if len(ts) <= 2 {
+		for _, t := range ts {
+			one(t)
+		}
+	} else {
+		var wg sync.WaitGroup
+		next := make(chan *asynq.Task)
+		for range min(enqueueWidth, len(ts)) {
+			wg.Go(func() {
+				for t := range next {
+					one(t)
+				}
+			})
+		}
+		for _, t := range ts {
+			next <- t
+		}
+		close(next)
+		wg.Wait()
+	}
+	if failed > 0 {
+		e.Log.WarnContext(ctx, "enqueue tasks; the relay will retry", "failed", failed, "of", len(ts),
+			"type", errType, "error", firstErr)
+	}
+	return queued
 }
+
+// enqueueWidth is how many of one call's tasks Enqueue has in flight.
+const enqueueWidth = 8
 
 // EnqueueIn enqueues t to run after delay, as Enqueue does.
 func (e *Enqueuer) EnqueueIn(ctx context.Context, t *asynq.Task, delay time.Duration) bool {
