@@ -37,8 +37,16 @@ const (
 
 // NewRenewSubscriptions runs the renewal sweep: ends scheduled
 // cancellations that came due and writes the charges of due renewals.
+// One sweep at a time (Unique, for as long as one may run): a sweep of
+// many due subscriptions outlasts its one-minute tick, and the ticks after
+// it would sweep beside it, splitting its rows (SKIP LOCKED) and writing
+// charges two or three times as fast as the billing queue takes them,
+// against the API's share of the database. The next tick after it ends
+// sweeps what came due meanwhile.
 func NewRenewSubscriptions() *asynq.Task {
-	return asynq.NewTask(TypeRenewSubscriptions, nil, asynq.Queue(QueueCritical), asynq.MaxRetry(3), asynq.Timeout(5*time.Minute))
+	const timeout = 5 * time.Minute
+	return asynq.NewTask(TypeRenewSubscriptions, nil, asynq.Queue(QueueCritical), asynq.MaxRetry(3),
+		asynq.Timeout(timeout), asynq.Unique(timeout))
 }
 
 // NewCloseOverdueDisputes closes disputes left unanswered past their due date.

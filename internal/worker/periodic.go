@@ -43,7 +43,9 @@ func TickID(taskType string, tick time.Time) string {
 // new during a deploy) run each tick once. A scheduler that starts
 // mid-interval enqueues the current tick (once, like any other); a tick
 // whose enqueue fails (Redis down) is tried again each second until it
-// works or the next tick replaces it.
+// works or the next tick replaces it. A task made Unique runs one tick at
+// a time: a tick that comes while the last one's task waits or runs is
+// skipped.
 func Periodic(ctx context.Context, client *asynq.Client, schedule map[string]func() *asynq.Task, now func() time.Time, log *slog.Logger) error {
 	type job struct {
 		every time.Duration
@@ -76,6 +78,8 @@ func Periodic(ctx context.Context, client *asynq.Client, schedule map[string]fun
 				log.DebugContext(ctx, "periodic task enqueued", "task_id", id)
 			case errors.Is(err, asynq.ErrTaskIDConflict):
 				log.DebugContext(ctx, "periodic task already enqueued by another scheduler", "task_id", id)
+			case errors.Is(err, asynq.ErrDuplicateTask): // a Unique task: the last tick's still waits or runs
+				log.DebugContext(ctx, "periodic task skipped: the previous one has not finished", "task_id", id)
 			default:
 				log.WarnContext(ctx, "periodic task not enqueued, retrying", "task_id", id, "err", err)
 				continue

@@ -1,7 +1,9 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -131,3 +133,59 @@ func TestTwoSchedulersRunEachTickOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestPeriodicSkipsTicksWhileAUniqueTaskRuns: a Unique periodic task (the
+// renewal sweep) is enqueued once while its last tick's task has not
+// finished, and the ticks it skips are not errors to retry each second.
+func TestPeriodicSkipsTicksWhileAUniqueTaskRuns(t *testing.T) {
+	redisOpt := testenv.RedisOpt(t)
+	client := asynq.NewClient(redisOpt)
+	defer client.Close()
+	insp := asynq.NewInspector(redisOpt)
+	defer insp.Close()
+
+	// The sweep's own task is Unique: a second one is refused while the
+	// first waits.
+	if _, err := client.Enqueue(tasks.NewRenewSubscriptions(), asynq.TaskID("renew_first")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(tasks.NewRenewSubscriptions(), asynq.TaskID("renew_second")); !errors.Is(err, asynq.ErrDuplicateTask) {
+		t.Fatalf("a second renewal sweep while one waits: got %v, want asynq.ErrDuplicateTask", err)
+	}
+	if err := insp.DeleteTask(tasks.QueueCritical, "renew_first"); err != nil { // no other test's worker may sweep
+		t.Fatal(err)
+	}
+
+	// Periodic over three 1 s ticks of a Unique task no worker runs.
+	logs := &bytes.Buffer{}
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	const typ = "test:periodic_unique"
+	schedule := map[string]func() *asynq.Task{
+		"@every 1s": func() *asynq.Task {
+			return asynq.NewTask(typ, nil, asynq.Queue(tasks.QueueLow), asynq.Unique(time.Minute))
+		},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
+	defer cancel()
+	if err := worker.Periodic(ctx, client, schedule, time.Now, log); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := insp.ListPendingTasks(tasks.QueueLow)
+	if err != nil || len(pending) != 1 {
+		t.Errorf("after three ticks: got %d pending tasks (%v), want the first tick's alone", len(pending), err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if logs.Len() > 0 {
+		t.Errorf("got warnings, want the skipped ticks skipped quietly:\n%s", logs)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
