@@ -538,7 +538,9 @@ subscriptions() {
 # GET /v1/products/{id} at BENCH_RATE req/s (open model). Measured: the time
 # until every charge of the merchant has succeeded (or BENCH_RENEWAL_TIMEOUT),
 # renewals per second, and the API's latency over that time; kept in
-# $OUT/renewals.json and a row of the report.
+# $OUT/renewals.json and a row of the report, with the API's second-by-second
+# timeline in $OUT/renewals-timeline.csv (to set its slow seconds beside the
+# sweep's batches in renewals-worker.log).
 renewals() {
 	local mid started elapsed done_n=0 lg_pid limit
 	limit=$(seconds "$BENCH_RENEWAL_TIMEOUT")
@@ -575,7 +577,7 @@ renewals() {
 	log "renewal sweep: bin/scheduler + bin/worker, GET /v1/products/{id} at $BENCH_RATE req/s meanwhile (cap ${limit}s)"
 	bin/loadgen -name "GET /v1/products/{id} during the renewal sweep" -method GET -url "$API/v1/products/{id}" \
 		-H "Authorization: Bearer $KEY" -ids "$IDS" -conns "$BENCH_OPEN_CONNS" -rate "$BENCH_RATE" \
-		-duration "${limit}s" -json >"$OUT/renewals-api.json" 2>"$OUT/renewals-api.log" &
+		-duration "${limit}s" -timeline "$OUT/renewals-timeline.csv" -json >"$OUT/renewals-api.json" 2>"$OUT/renewals-api.log" &
 	lg_pid=$!
 	started=$(date +%s.%N)
 	WEBHOOK_ALLOW_PRIVATE_NETWORKS=true WORKER_ADMIN_ADDR="127.0.0.1:$((BENCH_ADMIN_PORT + 1))" \
