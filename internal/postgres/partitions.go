@@ -56,10 +56,15 @@ func WeekStart(t time.Time) time.Time {
 const partitionLockTimeout = "1s"
 
 // partitionLockKey is the transaction-level advisory lock of partition
-// maintenance: of two runs at once (two schedulers, or a retry beside a
-// slow run), the second skips each step the first holds at that moment
-// (pg_try_advisory_xact_lock) and does the others; every step is
-// idempotent, so each is done once.
+// maintenance, one step (a transaction) at a time. Of two runs at once (two
+// schedulers, a retry beside a slow run, a sandbox clock's advance), a
+// creation waits for the lock and then creates what the other left
+// missing: skipping it instead, as every step did, could skip a table's
+// creation while the other run held the lock for another table, and
+// leave that table's weeks to the default partition until the next run
+// (both runs had skipped webhook_deliveries). A drop that finds the lock
+// held is skipped (pg_try_advisory_xact_lock): a drop put off to the next
+// run loses nothing. Every step is idempotent.
 const partitionLockKey = 0x7061727469 // "parti"
 
 // eventTables are partitioned on their event's time and leave together,
@@ -160,17 +165,26 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time, keepEvent
 }
 
 // maintenanceTx runs fn in a transaction holding the maintenance lock,
-// with partitionLockTimeout; it does not run fn when another holds it.
-func (s *Store) maintenanceTx(ctx context.Context, fn func(tx *txn) error) error {
+// with partitionLockTimeout for its statements. When another transaction
+// holds the lock, it waits for it if wait is set (the wait is not bounded
+// by partitionLockTimeout: the holder's statements are), else it does not
+// run fn.
+func (s *Store) maintenanceTx(ctx context.Context, wait bool, fn func(tx *txn) error) error {
 	return s.inTx(ctx, func(tx *txn) error {
 		tx.prep = nil // its statements are DDL named by the week: not worth keeping prepared
-		var locked bool
-		const q = `SELECT pg_try_advisory_xact_lock($1::bigint) AND set_config('lock_timeout', $2, true) IS NOT NULL`
-		if err := tx.GetContext(ctx, &locked, q, partitionLockKey, partitionLockTimeout); err != nil {
+		locked := true
+		if wait {
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1::bigint)`, partitionLockKey); err != nil {
+				return fmt.Errorf("lock partition maintenance: %w", err)
+			}
+		} else if err := tx.GetContext(ctx, &locked, `SELECT pg_try_advisory_xact_lock($1::bigint)`, partitionLockKey); err != nil {
 			return fmt.Errorf("lock partition maintenance: %w", err)
 		}
 		if !locked {
 			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true)`, partitionLockTimeout); err != nil {
+			return fmt.Errorf("lock partition maintenance: %w", err)
 		}
 		return fn(tx)
 	})
@@ -181,7 +195,7 @@ func (s *Store) maintenanceTx(ctx context.Context, fn func(tx *txn) error) error
 // partition, that no partition covers yet.
 func (s *Store) createPartitions(ctx context.Context, table string, first, last time.Time) ([]string, error) {
 	var created []string
-	err := s.maintenanceTx(ctx, func(tx *txn) error {
+	err := s.maintenanceTx(ctx, true, func(tx *txn) error {
 		created = created[:0]
 		parts, err := partitions(ctx, tx, table)
 		if err != nil {
@@ -297,7 +311,7 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 	var dropped []string
 	// The suffixes to drop, from the first table's partitions and the others'.
 	suffixes := map[string]bool{}
-	err := s.maintenanceTx(ctx, func(tx *txn) error {
+	err := s.maintenanceTx(ctx, false, func(tx *txn) error {
 		for _, table := range tables {
 			parts, err := partitions(ctx, tx, table)
 			if err != nil {
@@ -321,7 +335,7 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 	slices.Sort(keys)
 	for _, suffix := range keys {
 		var names []string
-		err := s.maintenanceTx(ctx, func(tx *txn) error {
+		err := s.maintenanceTx(ctx, false, func(tx *txn) error {
 			names = names[:0]
 			for _, table := range tables {
 				name := table + suffix

@@ -711,3 +711,46 @@ func TestPartitionCreationWaitsForWriters(t *testing.T) {
 		t.Errorf("the row written during maintenance: in %q (%v), want idempotency_keys_%s", in, err, week(at))
 	}
 }
+
+// TestPartitionCreationWaitsForAnotherRun: a run that finds the maintenance
+// lock held (another run in one of its steps) waits and creates every
+// table's weeks, instead of skipping the tables the other run held the lock
+// for at that moment — the other run may be past them already.
+func TestPartitionCreationWaitsForAnotherRun(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 0)
+	store := postgres.New(db)
+	now := time.Now().UTC()
+
+	other, err := db.Beginx() // the other run, in a step of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback() //nolint:errcheck // committed below
+	if _, err := other.Exec(`SELECT pg_advisory_xact_lock($1::bigint)`, int64(0x7061727469)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := store.MaintainPartitions(context.Background(), now, payments.EventRetention, payments.IdempotencyTTL)
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := other.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("MaintainPartitions: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("MaintainPartitions still waiting 30 s after the other run's step ended")
+	}
+	rels := relations(t, db)
+	for _, table := range []string{"events", "webhook_deliveries", "webhook_attempts", "idempotency_keys"} {
+		if name := table + "_" + week(now); !slices.Contains(rels, name) {
+			t.Errorf("no %s after a run that found the lock held, want this week's partition", name)
+		}
+	}
+}
