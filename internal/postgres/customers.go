@@ -73,9 +73,9 @@ func (s *Store) customer(ctx context.Context, q sqlx.QueryerContext, sc payments
 // customer still marks its place, so a page boundary on it works.
 func (s *Store) Customers(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Customer], error) {
 	const first = `SELECT ` + customerCols + ` FROM customers WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL
-		ORDER BY created_at DESC, id DESC LIMIT $3`
+		ORDER BY created_at DESC, id DESC`
 	const after = `SELECT ` + customerCols + ` FROM customers WHERE merchant_id = $1 AND livemode = $2 AND deleted_at IS NULL
-		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
+		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC`
 	return keysetPage(ctx, s, sc, lp, "customers", first, after, customerRow.customer)
 }
 

@@ -145,9 +145,9 @@ func (s *Store) Payment(ctx context.Context, sc payments.Scope, id string) (paym
 // Refunds returns a page of the scope's refunds, newest first.
 func (s *Store) Refunds(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Refund], error) {
 	const first = `SELECT ` + refundCols + ` FROM refunds WHERE merchant_id = $1 AND livemode = $2
-		ORDER BY created_at DESC, id DESC LIMIT $3`
+		ORDER BY created_at DESC, id DESC`
 	const after = `SELECT ` + refundCols + ` FROM refunds WHERE merchant_id = $1 AND livemode = $2
-		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
+		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC`
 	return keysetPage(ctx, s, sc, lp, "refunds", first, after, func(r refundRow) (payments.Refund, error) { return r.refund(), nil })
 }
 

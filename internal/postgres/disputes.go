@@ -76,9 +76,9 @@ func (s *Store) Dispute(ctx context.Context, sc payments.Scope, id string) (paym
 // Disputes returns a page of the scope's disputes, newest first.
 func (s *Store) Disputes(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Dispute], error) {
 	const first = `SELECT ` + disputeCols + ` FROM disputes WHERE merchant_id = $1 AND livemode = $2
-		ORDER BY created_at DESC, id DESC LIMIT $3`
+		ORDER BY created_at DESC, id DESC`
 	const after = `SELECT ` + disputeCols + ` FROM disputes WHERE merchant_id = $1 AND livemode = $2
-		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
+		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC`
 	return keysetPage(ctx, s, sc, lp, "disputes", first, after, disputeRow.dispute)
 }
 

@@ -173,8 +173,8 @@ func (s *Store) UpdateIntentByID(ctx context.Context, id string, fn func(payment
 // Payments returns a page of the scope's payments, newest first.
 func (s *Store) Payments(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.PaymentIntent], error) {
 	const first = `SELECT ` + intentCols + ` FROM payment_intents WHERE merchant_id = $1 AND livemode = $2
-		ORDER BY created_at DESC, id DESC LIMIT $3`
+		ORDER BY created_at DESC, id DESC`
 	const after = `SELECT ` + intentCols + ` FROM payment_intents WHERE merchant_id = $1 AND livemode = $2
-		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5`
+		AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC`
 	return keysetPage(ctx, s, sc, lp, "payment_intents", first, after, intentRow.intent)
 }

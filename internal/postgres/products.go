@@ -122,9 +122,9 @@ func (s *Store) product(ctx context.Context, q sqlx.QueryerContext, sc payments.
 // Products returns a page of the scope's products, newest first.
 func (s *Store) Products(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Product], error) {
 	const first = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
-		ORDER BY p.created_at DESC, p.id DESC LIMIT $3`
+		ORDER BY p.created_at DESC, p.id DESC`
 	const after = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
-		AND (p.created_at, p.id) < ($3, $4) ORDER BY p.created_at DESC, p.id DESC LIMIT $5`
+		AND (p.created_at, p.id) < ($3, $4) ORDER BY p.created_at DESC, p.id DESC`
 	return keysetPage(ctx, s, sc, lp, "products", first, after, productRow.product)
 }
 

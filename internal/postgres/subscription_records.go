@@ -178,8 +178,8 @@ func (s *Store) Subscriptions(ctx context.Context, sc payments.Scope, f payments
 	from := ` FROM subscriptions s WHERE s.merchant_id = $1 AND s.livemode = $2` + cond
 	var rows []subscriptionRow
 	if f.StartingAfter == "" {
-		q := `SELECT ` + subscriptionCols + from + ` ORDER BY s.created_at DESC, s.id DESC LIMIT ` + param(len(args)+1)
-		if err := selectRows(ctx, &s.q, &rows, q, append(args, f.Limit+1)...); err != nil {
+		q := `SELECT ` + subscriptionCols + from + ` ORDER BY s.created_at DESC, s.id DESC`
+		if err := selectPage(ctx, &s.q, &rows, q, f.Limit, args...); err != nil {
 			return payments.Page[payments.Subscription]{}, fmt.Errorf("select subscriptions: %w", err)
 		}
 	} else {
@@ -194,8 +194,8 @@ func (s *Store) Subscriptions(ctx context.Context, sc payments.Scope, f payments
 		}
 		n := len(args)
 		q := `SELECT ` + subscriptionCols + from + ` AND (s.created_at, s.id) < (` + param(n+1) + `, ` + param(n+2) + `)
-			ORDER BY s.created_at DESC, s.id DESC LIMIT ` + param(n+3)
-		if err := selectRows(ctx, &s.q, &rows, q, append(args, c.CreatedAt, c.ID, f.Limit+1)...); err != nil {
+			ORDER BY s.created_at DESC, s.id DESC`
+		if err := selectPage(ctx, &s.q, &rows, q, f.Limit, append(args, c.CreatedAt, c.ID)...); err != nil {
 			return payments.Page[payments.Subscription]{}, fmt.Errorf("select subscriptions: %w", err)
 		}
 	}

@@ -111,14 +111,14 @@ func (s *Store) subProduct(ctx context.Context, q string, sc payments.Scope, id 
 // this list.
 func (s *Store) SubscriptionProducts(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.SubscriptionProduct], error) {
 	const first = `SELECT ` + subProductCols + subProductFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
-		AND p.subscription ORDER BY p.created_at DESC, p.id DESC LIMIT $3`
+		AND p.subscription ORDER BY p.created_at DESC, p.id DESC`
 	const after = `SELECT ` + subProductCols + subProductFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
-		AND p.subscription AND (p.created_at, p.id) < ($3, $4) ORDER BY p.created_at DESC, p.id DESC LIMIT $5`
+		AND p.subscription AND (p.created_at, p.id) < ($3, $4) ORDER BY p.created_at DESC, p.id DESC`
 	const cur = `SELECT created_at, id FROM products
 	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND subscription`
 	var rows []subProductRow
 	if lp.StartingAfter == "" {
-		if err := selectRows(ctx, &s.q, &rows, first, sc.MerchantID, sc.Live, lp.Limit+1); err != nil {
+		if err := selectPage(ctx, &s.q, &rows, first, lp.Limit, sc.MerchantID, sc.Live); err != nil {
 			return payments.Page[payments.SubscriptionProduct]{}, fmt.Errorf("select subscription products: %w", err)
 		}
 	} else {
@@ -126,7 +126,7 @@ func (s *Store) SubscriptionProducts(ctx context.Context, sc payments.Scope, lp 
 		if err != nil {
 			return payments.Page[payments.SubscriptionProduct]{}, err
 		}
-		if err := selectRows(ctx, &s.q, &rows, after, sc.MerchantID, sc.Live, c.CreatedAt, c.ID, lp.Limit+1); err != nil {
+		if err := selectPage(ctx, &s.q, &rows, after, lp.Limit, sc.MerchantID, sc.Live, c.CreatedAt, c.ID); err != nil {
 			return payments.Page[payments.SubscriptionProduct]{}, fmt.Errorf("select subscription products: %w", err)
 		}
 	}

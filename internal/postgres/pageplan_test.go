@@ -1,0 +1,100 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/testenv"
+)
+
+// TestPageQueriesKeepGenericPlans: a list page's prepared statement is
+// planned once and then runs on PostgreSQL's generic plan, not planned
+// again on every call (as it was with its LIMIT a parameter, whose generic
+// plan PostgreSQL costs at a tenth of the table and never keeps); and every
+// limit still gets its page, no row more, with has_more right.
+func TestPageQueriesKeepGenericPlans(t *testing.T) {
+	t.Parallel()
+	if testenv.PoolMode() == postgres.PoolTransaction {
+		t.Skip("nothing is prepared behind a transaction-mode pooler")
+	}
+	// A database of its own, whose statistics describe what the bench and a
+	// large merchant see: one merchant's many products (the planner
+	// estimates a page query's generic plan from them).
+	db := testenv.OwnDB(t)
+	// One connection: the pool's statements and pg_prepared_statements
+	// are the same session's.
+	db.SetMaxOpenConns(1)
+	store := postgres.New(db)
+	ctx := context.Background()
+	m := payments.Merchant{ID: payments.NewID("mch_"), Name: "Plans", Plan: payments.PlanFree, Created: time.Now()}
+	if err := store.CreateMerchant(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	sc := payments.Scope{MerchantID: m.ID}
+	const total = 30
+	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	for i := range total {
+		p := payments.Product{ID: payments.NewID("prod_"), Name: fmt.Sprintf("P%d", i), Active: true,
+			Images: []string{}, Metadata: map[string]string{}, Created: base.Add(time.Duration(i) * time.Second)}
+		if err := store.CreateProduct(ctx, sc, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 20,000 older ones of another mode, which the pages below never reach.
+	if _, err := db.ExecContext(ctx, `INSERT INTO products (merchant_id, livemode, id, name, created_at, updated_at)
+		SELECT $1, true, 'prod_seed' || g, 'Seed', now() - interval '1 day', now() - interval '1 day'
+		FROM generate_series(1, 20000) g`, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE products`); err != nil {
+		t.Fatal(err)
+	}
+
+	for range 12 {
+		if _, err := store.Products(ctx, sc, payments.ListParams{Limit: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var generic, custom int
+	err := db.QueryRowContext(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+		WHERE statement LIKE '%FROM products p%ORDER BY p.created_at DESC, p.id DESC%' AND statement NOT LIKE '%<%'`).Scan(&generic, &custom)
+	if err != nil {
+		t.Fatalf("the first page's statement is not prepared on the connection: %v", err)
+	}
+	if generic < 12-5 {
+		t.Errorf("first page of products: %d generic and %d custom plans in 12 calls; want the generic plan kept after 5 custom ones", generic, custom)
+	}
+
+	// Limits off and on pageRows' sizes: the page holds limit rows, newest
+	// first, and the next page starts right after it.
+	for _, limit := range []int{1, 9, 10, 11, 20, 29, 30, 50, 100} {
+		first, err := store.Products(ctx, sc, payments.ListParams{Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := min(limit, total)
+		if len(first.Data) != want || first.HasMore != (limit < total) {
+			t.Fatalf("limit %d: %d products, has_more %v; want %d, %v", limit, len(first.Data), first.HasMore, want, limit < total)
+		}
+		for i, p := range first.Data {
+			if wantName := fmt.Sprintf("P%d", total-1-i); p.Name != wantName {
+				t.Fatalf("limit %d: product %d is %s, want %s", limit, i, p.Name, wantName)
+			}
+		}
+		if !first.HasMore {
+			continue
+		}
+		next, err := store.Products(ctx, sc, payments.ListParams{Limit: limit, StartingAfter: first.Data[len(first.Data)-1].ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantNext := min(limit, total-limit)
+		if len(next.Data) != wantNext || next.Data[0].Name != fmt.Sprintf("P%d", total-1-limit) || next.HasMore != (2*limit < total) {
+			t.Fatalf("limit %d, second page: %d products from %s, has_more %v", limit, len(next.Data), next.Data[0].Name, next.HasMore)
+		}
+	}
+}
