@@ -358,12 +358,6 @@ func keysetPage[R, T any](ctx context.Context, s *Store, sc payments.Scope, lp p
 // scanner is a row type that lists its fields in its query's column order.
 type scanner interface{ dests() []any }
 
-// selectRows is SelectContext, scanning each row through R's dests when
-// *R has them instead of sqlx's reflection.
-func selectRows[R any](ctx context.Context, q *prepared, rows *[]R, query string, args ...any) error {
-	return scanRows(ctx, q, rows, 0, query, args...)
-}
-
 // pageRows are the LIMITs a page query runs with: the smallest that holds
 // the page and the one row after it (the defaults and the usual choices,
 // 10, 20, 25, 50 and 100, fetch no row more than they need).
@@ -405,15 +399,15 @@ func selectPage[R any](ctx context.Context, q *prepared, rows *[]R, query string
 	return scanRows(ctx, q, rows, want, texts.(*[len(pageRows)]string)[i], args...)
 }
 
-// scanRows selects query's rows into rows, at most max of them (0: all),
-// through R's dests when *R has them, else sqlx's reflection.
+// scanRows selects query's rows into rows, at most max of them, through
+// R's dests when *R has them instead of sqlx's reflection.
 func scanRows[R any](ctx context.Context, q *prepared, rows *[]R, max int, query string, args ...any) error {
 	var probe R
 	if _, ok := any(&probe).(scanner); !ok {
 		if err := q.SelectContext(ctx, rows, query, args...); err != nil {
 			return err
 		}
-		if max > 0 && len(*rows) > max {
+		if len(*rows) > max {
 			*rows = (*rows)[:max]
 		}
 		return nil
@@ -427,7 +421,7 @@ func scanRows[R any](ctx context.Context, q *prepared, rows *[]R, max int, query
 	// (NULL included), and []byte columns come as copies.
 	var r R
 	dests := any(&r).(scanner).dests()
-	for (max == 0 || len(*rows) < max) && rs.Next() {
+	for len(*rows) < max && rs.Next() {
 		if err := rs.Scan(dests...); err != nil {
 			return err
 		}
