@@ -74,17 +74,10 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-# go test -fuzz takes one package and one target at a time: run each Fuzz* in turn.
+# Each Fuzz* target in turn; deploy/local/fuzz.sh runs again, once, a run
+# that only hit Go's own -fuzztime deadline race (golang/go#75804).
 fuzz:
-	@set -e; for pkg in $(FUZZ_PKGS); do \
-	  list=$$($(GO) test -list '^Fuzz' $$pkg); \
-	  targets=$$(grep '^Fuzz' <<<"$$list" || true); \
-	  if [ -z "$$targets" ]; then echo "fuzz: no Fuzz targets in $$pkg"; continue; fi; \
-	  for t in $$targets; do \
-	    echo "fuzz: $$pkg $$t for $(FUZZTIME)"; \
-	    $(GO) test -run='^$$' -fuzz="^$$t\$$" -fuzztime=$(FUZZTIME) $$pkg; \
-	  done; \
-	done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) bash deploy/local/fuzz.sh $(FUZZ_PKGS)
 
 bench:
 	bash deploy/bench/bench.sh
