@@ -24,7 +24,7 @@ func TestPageQueriesKeepGenericPlans(t *testing.T) {
 	// A database of its own, whose statistics describe what the bench and a
 	// large merchant see: one merchant's many products (the planner
 	// estimates a page query's generic plan from them).
-	db := testenv.OwnDB(t)
+	db := freshDB(t, 0)
 	// One connection: the pool's statements and pg_prepared_statements
 	// are the same session's.
 	db.SetMaxOpenConns(1)

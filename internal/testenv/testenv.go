@@ -149,40 +149,6 @@ func createDB() (testDBs, error) {
 var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
 
 func createDirectDB() (string, error) {
-	return createNamedDB("")
-}
-
-// OwnDB returns a pool (session mode, on the server itself) to a migrated
-// database of the test's own, dropped when the test ends: for a test that
-// needs the planner's statistics of tables no other test writes to.
-func OwnDB(t testing.TB) *sqlx.DB {
-	t.Helper()
-	tag := unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "_")
-	if len(tag) > 20 {
-		tag = tag[:20]
-	}
-	dsn, err := createNamedDB(tag)
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	db, err := postgres.OpenMode(context.Background(), dsn, 20, postgres.PoolSession, false)
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	t.Cleanup(func() {
-		db.Close()
-		if admin, err := sql.Open("postgres", serverURL()); err == nil {
-			u, _ := url.Parse(dsn)
-			admin.Exec(`DROP DATABASE IF EXISTS ` + strings.TrimPrefix(u.Path, "/") + ` WITH (FORCE)`) //nolint:errcheck // dropStale removes it later
-			admin.Close()
-		}
-	})
-	return db
-}
-
-// createNamedDB creates and migrates this process's database, or with a
-// tag one more of its own (paysvc_t_<package>[_<tag>]_<pid>).
-func createNamedDB(tag string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin, err := sql.Open("postgres", serverURL())
@@ -196,9 +162,6 @@ func createNamedDB(tag string) (string, error) {
 	dropStale(ctx, admin)
 
 	pkg := unsafeChars.ReplaceAllString(strings.TrimSuffix(strings.ToLower(filepath.Base(os.Args[0])), ".test"), "_")
-	if tag != "" {
-		pkg += "_" + tag
-	}
 	name := fmt.Sprintf("paysvc_t_%s_%d", pkg, os.Getpid())
 	if len(name) > 60 {
 		name = name[len(name)-60:]
