@@ -114,7 +114,7 @@ func listen(ctx context.Context, args []string, stdout io.Writer) error {
 	if *events != "" {
 		for _, t := range strings.Split(*events, ",") {
 			t = strings.TrimSpace(t)
-			if _, _, err := payments.ParseEventType(t); err != nil {
+			if _, err := payments.ParseEventType(t); err != nil {
 				return fmt.Errorf("listen: --events: %q is not an event type or a prefix such as charge.*", t)
 			}
 			l.types = append(l.types, t)

@@ -222,8 +222,9 @@ func migrate(ctx context.Context, stdout io.Writer) error {
 	defer env.Close()
 	// Migrations run on DATABASE_DIRECT_URL: DDL and goose's bookkeeping
 	// expect one session throughout, which a transaction-mode pooler does
-	// not give.
-	direct, err := postgres.Open(ctx, env.Config.DatabaseDirectURL, 1)
+	// not give. Two connections: goose holds one for its lock and runs a
+	// Go migration (one that cannot run in a transaction) on the other.
+	direct, err := postgres.Open(ctx, env.Config.DatabaseDirectURL, 2)
 	if err != nil {
 		return fmt.Errorf("DATABASE_DIRECT_URL: %w", err)
 	}

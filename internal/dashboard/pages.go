@@ -467,14 +467,14 @@ func (d *Dashboard) events(rq *request) {
 		return
 	}
 	typ := strings.TrimSpace(rq.r.URL.Query().Get("type"))
-	f := payments.EventFilter{ListParams: lp, Prefix: true}
+	f := payments.EventFilter{ListParams: lp}
 	v := rq.view("Events", "events", nil)
 	if typ != "" {
-		t, prefix, err := payments.ParseEventType(typ)
+		types, err := payments.ParseEventType(typ)
 		if err != nil {
 			v.fail(err)
 		} else {
-			f.Type, f.Prefix = t, prefix
+			f.Types = types
 		}
 	}
 	p, err := d.svc.Events(rq.ctx, rq.sc, f)

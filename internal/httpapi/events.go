@@ -16,9 +16,9 @@ func (s *Server) listEvents(c *gin.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := payments.EventFilter{ListParams: lp, Prefix: true}
+	f := payments.EventFilter{ListParams: lp}
 	if v, ok := c.GetQuery("type"); ok {
-		if f.Type, f.Prefix, err = payments.ParseEventType(v); err != nil {
+		if f.Types, err = payments.ParseEventType(v); err != nil {
 			return nil, err
 		}
 	}

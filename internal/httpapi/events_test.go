@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lib/pq"
+
 	"paysvc/internal/payments"
 	"paysvc/internal/processor/sandbox"
 )
@@ -129,35 +131,48 @@ func TestEventsPaging(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	s := newShop(h)
 	base := time.Now().Add(-time.Hour)
+	// Three types in turn, pairs sharing a created_at (id breaks the tie):
+	// a filtered page merges its types' events in the same order.
+	types := []string{"charge.refunded", "charge.dispute.created", "payment_intent.succeeded"}
 	for i := range 25 {
-		// Pairs share a created_at: id breaks the tie.
-		insertEvent(t, h, s.sc, "payment_intent.succeeded", base.Add(time.Duration(i/2)*time.Second))
+		insertEvent(t, h, s.sc, types[i%3], base.Add(time.Duration(i/2)*time.Second))
 	}
 	// Newest first: created_at desc, then id desc (in the database's collation).
-	var want []string
-	if err := h.db.Select(&want, `SELECT id FROM events WHERE merchant_id = $1 AND livemode = false ORDER BY created_at DESC, id DESC`, s.id); err != nil {
-		t.Fatal(err)
-	}
-	if len(want) != 25 {
-		t.Fatalf("got %d events, want 25", len(want))
-	}
-
-	var got []string
-	query, pages := "limit=10", 0
-	for {
-		ids, more := listEventIDs(t, h, s.key, query)
-		pages++
-		got = append(got, ids...)
-		if wantMore := pages < 3; more != wantMore {
-			t.Errorf("page %d: got has_more %v, want %v", pages, more, wantMore)
+	expect := func(types ...string) []string {
+		var ids []string
+		if err := h.db.Select(&ids, `SELECT id FROM events WHERE merchant_id = $1 AND livemode = false AND type = ANY($2)
+			ORDER BY created_at DESC, id DESC`, s.id, pq.StringArray(types)); err != nil {
+			t.Fatal(err)
 		}
-		if !more || pages > 3 {
-			break
-		}
-		query = "limit=10&starting_after=" + ids[len(ids)-1]
+		return ids
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("pages joined: got %v, want %v", got, want)
+	for _, tc := range []struct {
+		filter string
+		limit  int
+		want   []string
+	}{
+		{"", 10, expect(types...)},
+		{"&type=charge.*", 4, expect(types[:2]...)},
+		{"&type=charge.dispute.created", 3, expect(types[1])},
+	} {
+		var got []string
+		query, pages := fmt.Sprintf("limit=%d", tc.limit)+tc.filter, 0
+		wantPages := (len(tc.want) + tc.limit - 1) / tc.limit
+		for {
+			ids, more := listEventIDs(t, h, s.key, query)
+			pages++
+			got = append(got, ids...)
+			if wantMore := pages < wantPages; more != wantMore {
+				t.Errorf("%s page %d: got has_more %v, want %v", tc.filter, pages, more, wantMore)
+			}
+			if !more || pages > wantPages {
+				break
+			}
+			query = fmt.Sprintf("limit=%d&starting_after=%s", tc.limit, ids[len(ids)-1]) + tc.filter
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s pages joined: got %v, want %v", tc.filter, got, tc.want)
+		}
 	}
 	if ids, _ := listEventIDs(t, h, s.key, ""); len(ids) != payments.DefaultLimit {
 		t.Errorf("default page: got %d events, want %d", len(ids), payments.DefaultLimit)

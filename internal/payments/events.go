@@ -57,32 +57,41 @@ type StoredEvent struct {
 func (e StoredEvent) Object() json.RawMessage { return json.RawMessage(e.Payload) }
 
 // EventFilter is the query of GET /v1/events: a page, newest first, of the
-// events whose type is Type (or starts with it when Prefix) and whose
-// created is within [CreatedGTE, CreatedLTE] (Unix seconds; nil: open).
+// events whose type is one of Types (nil: every type) and whose created is
+// within [CreatedGTE, CreatedLTE] (Unix seconds; nil: open).
 type EventFilter struct {
 	ListParams
-	Type       string // "" with Prefix: every type
-	Prefix     bool
+	Types      []string
 	CreatedGTE *int64
 	CreatedLTE *int64
 }
 
 // ParseEventType reads the type filter: one event type of the spec, or a
-// "*"-suffixed prefix of one ("charge.*"; "*" alone is every type).
-// Codes: validation_error naming type.
-func ParseEventType(v string) (typ string, prefix bool, err error) {
+// "*"-suffixed prefix of one ("charge.*"), and returns the event types it
+// matches: nil when it matches them all ("*"). A prefix becomes its list of
+// types, not a pattern, so that the store reads each type's events from an
+// index in order; every event written has one of EventTypes. Codes:
+// validation_error naming type.
+func ParseEventType(v string) ([]string, error) {
 	if p, ok := strings.CutSuffix(v, "*"); ok {
+		var types []string
 		for _, t := range EventTypes {
 			if strings.HasPrefix(t, p) {
-				return p, true, nil
+				types = append(types, t)
 			}
 		}
-		return "", false, Invalid("type", "%q is not the prefix of an event type followed by \"*\"", v)
+		switch len(types) {
+		case 0:
+			return nil, Invalid("type", "%q is not the prefix of an event type followed by \"*\"", v)
+		case len(EventTypes):
+			return nil, nil
+		}
+		return types, nil
 	}
 	if !knownEvent(v) {
-		return "", false, Invalid("type", "%q is not an event type (or a prefix such as \"charge.*\")", v)
+		return nil, Invalid("type", "%q is not an event type (or a prefix such as \"charge.*\")", v)
 	}
-	return v, false, nil
+	return []string{v}, nil
 }
 
 // Events returns a page of the scope's events, newest first. Codes:

@@ -6,7 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/lib/pq"
 
 	"paysvc/internal/payments"
 )
@@ -82,31 +87,93 @@ func (s *Store) Event(ctx context.Context, sc payments.Scope, id string) (Stored
 	return out, nil
 }
 
-// EventPage returns a page of the scope's events, newest first, on the
-// events_page index: keyset after the starting_after row ($7, $8), created
-// bounds as index conditions. The payload rounds created_at to whole
-// seconds, so created[gte] S keeps created_at >= S - 0.5 s and created[lte]
-// S keeps created_at < S + 0.5 s: exactly the events whose created is in
-// range. The type filter: type = $3, or ($4) starts_with(type, $3) — the
-// prefix is a literal, no LIKE pattern to escape; $3 = ” with $4 matches
-// every type.
+// eventPageKey names one statement of EventPage.
+type eventPageKey struct {
+	types    string // the types joined, "" for every type
+	gte, lte bool   // the created bounds given
+	after    bool   // the page after a cursor
+	rows     int    // its LIMIT (pageRows)
+}
+
+// eventPages holds EventPage's statements, made once each: eventPageKey →
+// string. Types are subsets of payments.EventTypes (ParseEventType), so
+// the statements are a bounded set, and a merchant's usual pages are a few.
+var eventPages sync.Map
+
+// eventPageQuery is the statement of an EventPage of k, types its types:
+// $1, $2 the scope, then the created bounds given, then the cursor's
+// (created_at, id). Each variant is a statement of its own, with only its
+// conditions and a constant LIMIT, so that PostgreSQL keeps its generic
+// plan (see selectPage): with optional bounds written as coalesce($n,
+// '-infinity') or a LIMIT $n the generic plan is costed far above a page's
+// and the page was planned again on every call — 0.25 ms of planning for
+// 0.14 ms of execution on the bench's 1,000,000 events.
+//
+// A typed page reads each type's rows by themselves on events_type, newest
+// first and stopping at the page's size, and merges them (Merge Append);
+// only the page's own rows get their payload built. The types are literals
+// of the statement, not a parameter: the planner then knows from the
+// column's statistics that a rare type's rows are few and walks events_type
+// for it. With a parameter it can only assume each type is 1/(distinct
+// types) of the rows; where one type is nearly all (the bench's events, or
+// a young database's) that is every row, and it walked events_page instead,
+// filtering out the merchant's whole history for a type it had none of:
+// 3-6 s a page on 1,000,000 events.
+func eventPageQuery(k eventPageKey, types []string) string {
+	if q, ok := eventPages.Load(k); ok {
+		return q.(string)
+	}
+	cond, n := `e.merchant_id = $1 AND e.livemode = $2`, 3
+	if k.gte {
+		cond += ` AND e.created_at >= $` + strconv.Itoa(n)
+		n++
+	}
+	if k.lte {
+		cond += ` AND e.created_at < $` + strconv.Itoa(n)
+		n++
+	}
+	if k.after {
+		cond += fmt.Sprintf(` AND (e.created_at, e.id) < ($%d, $%d)`, n, n+1)
+	}
+	order := ` ORDER BY e.created_at DESC, e.id DESC LIMIT ` + strconv.Itoa(k.rows)
+	var q string
+	if types == nil {
+		q = `SELECT e.id, e.type, ` + eventPayload + ` AS payload FROM events e WHERE ` + cond + order
+	} else {
+		parts := make([]string, len(types))
+		for i, t := range types {
+			parts[i] = `(SELECT e.id, e.type, e.created_at, e.livemode, e.data FROM events e
+			WHERE ` + cond + ` AND e.type = ` + pq.QuoteLiteral(t) + order + `)`
+		}
+		q = `SELECT e.id, e.type, ` + eventPayload + ` AS payload FROM (` + strings.Join(parts, ` UNION ALL `) + `) e` + order
+	}
+	eventPages.Store(k, q)
+	return q
+}
+
+// EventPage returns a page of the scope's events, newest first: keyset
+// after the starting_after row, created bounds as index conditions. The
+// payload rounds created_at to whole seconds, so created[gte] S keeps
+// created_at >= S - 0.5 s and created[lte] S keeps created_at < S + 0.5 s:
+// exactly the events whose created is in range.
+//
+// Without a type filter the page walks events_page. With one, it walks
+// events_type once per type (eventPageQuery): a page costs the same whether
+// the merchant has a million events of those types or none. (A type
+// predicate on events_page instead read every event of a merchant that had
+// none of the type — on 1,000,000 events the planner took a parallel scan
+// of the whole table, 0.2-0.5 s a page.)
 func (s *Store) EventPage(ctx context.Context, sc payments.Scope, f payments.EventFilter) (payments.Page[StoredEvent], error) {
-	const cols = `SELECT e.id, e.type, ` + eventPayload + ` AS payload FROM events e
-	WHERE e.merchant_id = $1 AND e.livemode = $2 AND (e.type = $3 OR ($4 AND starts_with(e.type, $3)))
-		AND e.created_at >= coalesce($5::timestamptz, '-infinity') AND e.created_at < coalesce($6::timestamptz, 'infinity')`
-	const first = cols + ` ORDER BY e.created_at DESC, e.id DESC LIMIT $7`
-	const after = cols + ` AND (e.created_at, e.id) < ($7, $8) ORDER BY e.created_at DESC, e.id DESC LIMIT $9`
-	var gte, lte *time.Time
+	k := eventPageKey{types: strings.Join(f.Types, ","), rows: pageSize(f.Limit)}
+	args := []any{sc.MerchantID, sc.Live}
 	if f.CreatedGTE != nil {
-		t := time.Unix(*f.CreatedGTE, 0).Add(-500 * time.Millisecond)
-		gte = &t
+		k.gte = true
+		args = append(args, time.Unix(*f.CreatedGTE, 0).Add(-500*time.Millisecond))
 	}
 	if f.CreatedLTE != nil {
-		t := time.Unix(*f.CreatedLTE, 0).Add(500 * time.Millisecond)
-		lte = &t
+		k.lte = true
+		args = append(args, time.Unix(*f.CreatedLTE, 0).Add(500*time.Millisecond))
 	}
-	args := []any{sc.MerchantID, sc.Live, f.Type, f.Prefix, gte, lte}
-	q := first
 	if f.StartingAfter != "" {
 		lo, hi := idSpan(f.StartingAfter)
 		c, err := s.loadCursor(ctx, `SELECT created_at, id FROM events WHERE merchant_id = $1 AND livemode = $2 AND id = $3
@@ -114,11 +181,11 @@ func (s *Store) EventPage(ctx context.Context, sc payments.Scope, f payments.Eve
 		if err != nil {
 			return payments.Page[StoredEvent]{}, err
 		}
-		q = after
+		k.after = true
 		args = append(args, c.CreatedAt, c.ID)
 	}
 	var rows []StoredEvent
-	if err := s.q.SelectContext(ctx, &rows, q, append(args, f.Limit+1)...); err != nil {
+	if err := scanRows(ctx, &s.q, &rows, f.Limit+1, eventPageQuery(k, f.Types), args...); err != nil {
 		return payments.Page[StoredEvent]{}, fmt.Errorf("select events: %w", err)
 	}
 	return page(rows, f.Limit), nil

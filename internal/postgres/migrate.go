@@ -3,8 +3,12 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
@@ -24,13 +28,101 @@ func Migrate(ctx context.Context, db *sql.DB) ([]*goose.MigrationResult, error) 
 	if err != nil {
 		return nil, err
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithSessionLocker(locker))
+	p, err := Migrations(db, goose.WithSessionLocker(locker))
 	if err != nil {
-		return nil, fmt.Errorf("load migrations: %w", err)
+		return nil, err
 	}
 	res, err := p.Up(ctx)
 	if err != nil {
 		return res, fmt.Errorf("migrate: %w", err)
 	}
 	return res, nil
+}
+
+// Migrations returns a goose provider of every migration: the SQL files of
+// migrations/ and the Go ones. db needs two connections or more: goose
+// runs a Go migration on db beside the connection it holds.
+func Migrations(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, append(opts, goose.WithGoMigrations(goMigrations()...))...)
+	if err != nil {
+		return nil, fmt.Errorf("load migrations: %w", err)
+	}
+	return p, nil
+}
+
+// goMigrations are the migrations that cannot be one SQL file run in a
+// transaction: each is numbered among the files of migrations/ (which say
+// so where their number would be) and is idempotent, since goose records
+// a migration run outside a transaction only once it is done.
+func goMigrations() []*goose.Migration {
+	return []*goose.Migration{
+		// 0018: events_type serves a type-filtered page of GET /v1/events
+		// (Store.EventPage): one index walk per type, newest first.
+		goose.NewGoMigration(18, &goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error {
+			return partitionedIndex(ctx, db, "events", "events_type", "(merchant_id, livemode, type, created_at DESC, id DESC)")
+		}}, nil),
+	}
+}
+
+// partitionedIndex creates index name on the partitioned table with
+// columns cols without blocking writes to it for the length of the build,
+// which on a large table is minutes: CREATE INDEX on a partitioned table
+// cannot be CONCURRENTLY and would hold off every insert of an event (and
+// so every payment) until done. Instead the parent's index is made ON ONLY
+// (invalid: no query uses it, and every partition created from now on gets
+// its own index with it), each partition's index is built CONCURRENTLY and
+// attached, and the parent's becomes valid with the last one. A partition
+// dropped meanwhile by partition maintenance is skipped; one left with an
+// invalid index by a build that failed half-way is built again.
+func partitionedIndex(ctx context.Context, db *sql.DB, table, name, cols string) error {
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON ONLY %s %s`,
+		pq.QuoteIdentifier(name), pq.QuoteIdentifier(table), cols)); err != nil {
+		return fmt.Errorf("create index %s: %w", name, err)
+	}
+	// The partitions whose index is not attached yet: attached ones have
+	// it as an inheritance child of the parent's index.
+	const missing = `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+	WHERE i.inhparent = $1::regclass AND NOT EXISTS (
+		SELECT 1 FROM pg_inherits ii JOIN pg_index x ON x.indexrelid = ii.inhrelid
+		WHERE ii.inhparent = $2::regclass AND x.indrelid = c.oid)
+	ORDER BY c.relname`
+	x := sqlx.NewDb(db, "postgres")
+	var parts []string
+	if err := x.SelectContext(ctx, &parts, missing, table, name); err != nil {
+		return fmt.Errorf("list partitions of %s: %w", table, err)
+	}
+	for _, part := range parts {
+		idxName := part + "_" + strings.TrimPrefix(name, table+"_")
+		idx := pq.QuoteIdentifier(idxName)
+		var valid sql.NullBool
+		err := x.GetContext(ctx, &valid, `SELECT x.indisvalid FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+			WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`, idxName)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("index of %s: %w", part, err)
+		}
+		steps := []string{
+			fmt.Sprintf(`CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s %s`, idx, pq.QuoteIdentifier(part), cols),
+			fmt.Sprintf(`ALTER INDEX %s ATTACH PARTITION %s`, pq.QuoteIdentifier(name), idx),
+		}
+		if valid.Valid && !valid.Bool {
+			steps = append([]string{`DROP INDEX CONCURRENTLY IF EXISTS ` + idx}, steps...)
+		}
+		for _, q := range steps {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				var pe *pq.Error
+				if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42704") {
+					break // undefined_table or _object: the partition was dropped meanwhile
+				}
+				return fmt.Errorf("index %s of %s: %w", name, part, err)
+			}
+		}
+	}
+	var valid bool
+	if err := x.GetContext(ctx, &valid, `SELECT indisvalid FROM pg_index WHERE indexrelid = $1::regclass`, name); err != nil {
+		return fmt.Errorf("index %s: %w", name, err)
+	}
+	if !valid {
+		return fmt.Errorf("index %s: still invalid after indexing every partition of %s", name, table)
+	}
+	return nil
 }

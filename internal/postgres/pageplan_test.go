@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/testenv"
@@ -24,17 +26,8 @@ func TestPageQueriesKeepGenericPlans(t *testing.T) {
 	// A database of its own, whose statistics describe what the bench and a
 	// large merchant see: one merchant's many products (the planner
 	// estimates a page query's generic plan from them).
-	db := freshDB(t, 0)
-	// One connection: the pool's statements and pg_prepared_statements
-	// are the same session's.
-	db.SetMaxOpenConns(1)
-	store := postgres.New(db)
+	db, store, sc := soloMerchant(t)
 	ctx := context.Background()
-	m := payments.Merchant{ID: payments.NewID("mch_"), Name: "Plans", Plan: payments.PlanFree, Created: time.Now()}
-	if err := store.CreateMerchant(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	sc := payments.Scope{MerchantID: m.ID}
 	const total = 30
 	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
 	for i := range total {
@@ -47,7 +40,7 @@ func TestPageQueriesKeepGenericPlans(t *testing.T) {
 	// 20,000 older ones of another mode, which the pages below never reach.
 	if _, err := db.ExecContext(ctx, `INSERT INTO products (merchant_id, livemode, id, name, created_at, updated_at)
 		SELECT $1, true, 'prod_seed' || g, 'Seed', now() - interval '1 day', now() - interval '1 day'
-		FROM generate_series(1, 20000) g`, m.ID); err != nil {
+		FROM generate_series(1, 20000) g`, sc.MerchantID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, `ANALYZE products`); err != nil {
@@ -97,4 +90,20 @@ func TestPageQueriesKeepGenericPlans(t *testing.T) {
 			t.Fatalf("limit %d, second page: %d products from %s, has_more %v", limit, len(next.Data), next.Data[0].Name, next.HasMore)
 		}
 	}
+}
+
+// soloMerchant returns a migrated database of the test's own, a store on
+// it and the test scope of a merchant in it. The pool has one connection,
+// so that what the test reads of the session (pg_prepared_statements, the
+// statistics it flushes) is the store's.
+func soloMerchant(t *testing.T) (*sqlx.DB, *postgres.Store, payments.Scope) {
+	t.Helper()
+	db := freshDB(t, 0)
+	db.SetMaxOpenConns(1)
+	store := postgres.New(db)
+	m := payments.Merchant{ID: payments.NewID("mch_"), Name: t.Name(), Plan: payments.PlanFree, Created: time.Now()}
+	if err := store.CreateMerchant(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return db, store, payments.Scope{MerchantID: m.ID}
 }

@@ -13,12 +13,10 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/pressly/goose/v3"
 
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/testenv"
-	"paysvc/migrations"
 )
 
 var freshDBs atomic.Int64
@@ -62,7 +60,7 @@ func freshDB(t *testing.T, version int64) *sqlx.DB {
 // migrateTo applies the migrations up to version (0: every migration).
 func migrateTo(t *testing.T, db *sqlx.DB, version int64) {
 	t.Helper()
-	p, err := goose.NewProvider(goose.DialectPostgres, db.DB, migrations.FS)
+	p, err := postgres.Migrations(db.DB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,11 +205,11 @@ func TestMigrationKeepsEveryRow(t *testing.T) {
 			t.Errorf("Event(%s), an id from before: %v", id, err)
 		}
 	}
-	pg, err := store.EventPage(bg, sc, payments.EventFilter{ListParams: payments.ListParams{Limit: 5}, Prefix: true})
+	pg, err := store.EventPage(bg, sc, payments.EventFilter{ListParams: payments.ListParams{Limit: 5}})
 	if err != nil || len(pg.Data) != 5 || !pg.HasMore {
 		t.Fatalf("EventPage: got %d events, more %v (%v), want 5 and more", len(pg.Data), pg.HasMore, err)
 	}
-	next, err := store.EventPage(bg, sc, payments.EventFilter{ListParams: payments.ListParams{Limit: 5, StartingAfter: pg.Data[4].ID}, Prefix: true})
+	next, err := store.EventPage(bg, sc, payments.EventFilter{ListParams: payments.ListParams{Limit: 5, StartingAfter: pg.Data[4].ID}})
 	if err != nil || len(next.Data) != 5 || next.Data[0].ID == pg.Data[4].ID {
 		t.Fatalf("EventPage after %s: got %d events (%v), want the next 5", pg.Data[4].ID, len(next.Data), err)
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -380,13 +381,10 @@ var pageTexts sync.Map
 // The limit is rounded up to one of pageRows so that a query stays a few
 // statements, not a hundred; the rows past limit+1 are not scanned.
 func selectPage[R any](ctx context.Context, q *prepared, rows *[]R, query string, limit int, args ...any) error {
-	want := limit + 1
-	i := 0
-	for i < len(pageRows)-1 && pageRows[i] < want {
-		i++
-	}
-	if pageRows[i] < want { // beyond any page the API serves
-		return scanRows(ctx, q, rows, want, query+" LIMIT "+strconv.Itoa(want), args...)
+	n := pageSize(limit)
+	i := slices.Index(pageRows[:], n)
+	if i < 0 { // beyond any page the API serves
+		return scanRows(ctx, q, rows, limit+1, query+" LIMIT "+strconv.Itoa(n), args...)
 	}
 	texts, ok := pageTexts.Load(query)
 	if !ok {
@@ -396,7 +394,18 @@ func selectPage[R any](ctx context.Context, q *prepared, rows *[]R, query string
 		}
 		texts, _ = pageTexts.LoadOrStore(query, &t)
 	}
-	return scanRows(ctx, q, rows, want, texts.(*[len(pageRows)]string)[i], args...)
+	return scanRows(ctx, q, rows, limit+1, texts.(*[len(pageRows)]string)[i], args...)
+}
+
+// pageSize is the LIMIT of a page of limit rows: the smallest of pageRows that holds the page and the row after it, or
+// limit+1 beyond any page the API serves.
+func pageSize(limit int) int {
+	for _, n := range pageRows {
+		if n >= limit+1 {
+			return n
+		}
+	}
+	return limit + 1
 }
 
 // scanRows selects query's rows into rows, at most max of them, through

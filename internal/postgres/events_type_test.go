@@ -1,0 +1,208 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/testenv"
+)
+
+// TestTypedEventPageReadsOnlyItsPage: a page of GET /v1/events filtered by
+// type reads about a page of rows however many events the merchant has
+// that are not of the type — with a type predicate on events_page, a page
+// for a type the merchant had none of read every one of its events (or the
+// planner scanned the whole table).
+func TestTypedEventPageReadsOnlyItsPage(t *testing.T) {
+	t.Parallel()
+	db, store, sc := soloMerchant(t)
+	ctx := context.Background()
+	// 20,000 payments over the last three weeks (three partitions and
+	// more), analyzed: by the statistics, every event is a payment.
+	const many = 20000
+	if _, err := db.ExecContext(ctx, `INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
+		SELECT 'evt_seed' || g, $1, false, 'payment_intent.succeeded', '{}', now() - g * interval '90 seconds'
+		FROM generate_series(1, $2::int) g`, sc.MerchantID, many); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE events`); err != nil {
+		t.Fatal(err)
+	}
+	// And four refunds among them.
+	if _, err := db.ExecContext(ctx, `INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
+		SELECT 'evt_refund' || g, $1, false, 'charge.refunded', '{}', now() - g * interval '5 hours'
+		FROM generate_series(1, 4) g`, sc.MerchantID); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		types []string
+		rows  int
+		more  bool
+	}{
+		{"a type it has none of", []string{payments.EventDisputeCreated}, 0, false},
+		{"a prefix it has few of", []string{payments.EventChargeRefunded, payments.EventDisputeCreated, payments.EventDisputeClosed}, 4, false},
+		{"the type of most", []string{payments.EventPaymentSucceeded}, 10, true},
+		{"two types", []string{payments.EventPaymentSucceeded, payments.EventChargeRefunded}, 10, true},
+	} {
+		before := tuplesRead(t, db)
+		p, err := store.EventPage(ctx, sc, payments.EventFilter{ListParams: payments.ListParams{Limit: 10}, Types: tc.types})
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := tuplesRead(t, db) - before
+		t.Logf("%s: %d rows read", tc.name, read)
+		if len(p.Data) != tc.rows || p.HasMore != tc.more {
+			t.Errorf("%s: got %d events (has_more %v), want %d (%v)", tc.name, len(p.Data), p.HasMore, tc.rows, tc.more)
+		}
+		// A page and the row after it, per type and partition at most.
+		if read > 100 {
+			t.Errorf("%s: the page read %d rows of events; want a page's worth, not the merchant's %d", tc.name, read, many)
+		}
+	}
+}
+
+// TestEventPagesKeepGenericPlans: every kind of events page — all types or
+// some, first or after a cursor, with created bounds or without — is
+// planned once per connection, not on every call (as it was with optional
+// bounds as coalesce($n, …) and a LIMIT $n).
+func TestEventPagesKeepGenericPlans(t *testing.T) {
+	t.Parallel()
+	if testenv.PoolMode() == postgres.PoolTransaction {
+		t.Skip("nothing is prepared behind a transaction-mode pooler")
+	}
+	db, store, sc := soloMerchant(t)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
+		SELECT 'evt_seed' || g, $1, g % 2 = 0, CASE WHEN g % 100 = 0 THEN 'charge.refunded' ELSE 'payment_intent.succeeded' END,
+			'{}', now() - g * interval '90 seconds'
+		FROM generate_series(1, 20000) g`, sc.MerchantID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE events`); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-48 * time.Hour).Unix()
+	cursor := "evt_seed101" // a test event
+	for _, f := range []payments.EventFilter{
+		{},
+		{ListParams: payments.ListParams{StartingAfter: cursor}},
+		{CreatedGTE: &since},
+		{Types: []string{payments.EventChargeRefunded}},
+		{Types: []string{payments.EventPaymentSucceeded, payments.EventPaymentFailed}, ListParams: payments.ListParams{StartingAfter: cursor}},
+	} {
+		f.Limit = 10
+		for range 12 {
+			if _, err := store.EventPage(ctx, sc, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var plans []struct {
+		Statement       string
+		Generic, Custom int
+	}
+	if err := db.SelectContext(ctx, &plans, `SELECT statement, generic_plans AS generic, custom_plans AS custom FROM pg_prepared_statements
+		WHERE statement LIKE '%FROM events e%ORDER BY e.created_at DESC, e.id DESC LIMIT 11%'`); err != nil {
+		t.Fatal(err)
+	}
+	if len(plans) != 5 {
+		t.Errorf("got %d prepared events pages, want one for each of the 5 kinds", len(plans))
+	}
+	for _, p := range plans {
+		if p.Custom > 5 {
+			t.Errorf("%d generic and %d custom plans in 12 calls; want the generic plan kept after 5 custom ones:\n%s", p.Generic, p.Custom, p.Statement)
+		}
+	}
+}
+
+// tuplesRead is how many rows of events (every partition) scans have
+// returned so far, by the statistics of the pool's one session, flushed
+// first.
+func tuplesRead(t *testing.T, db *sqlx.DB) int64 {
+	t.Helper()
+	// The session's counts reach the shared statistics when it next goes
+	// idle, forced so by this call (it would wait up to a second).
+	if _, err := db.Exec(`SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := db.Get(&n, `SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)::bigint
+		FROM pg_stat_user_tables WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'events'::regclass)`); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestEventsTypeIndexMigration: 0018 indexes every partition of events,
+// rows already in them, and makes the partitioned index valid; a build
+// that failed half-way (leaving a partition's index invalid) is built again
+// by the next run.
+func TestEventsTypeIndexMigration(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 17)
+	ctx := context.Background()
+	store := postgres.New(db)
+	// The weeks' partitions, beside the default one.
+	if _, err := store.MaintainPartitions(ctx, time.Now(), payments.EventRetention, payments.IdempotencyTTL); err != nil {
+		t.Fatal(err)
+	}
+	m := payments.Merchant{ID: payments.NewID("mch_"), Name: "Index", Plan: payments.PlanFree, Created: time.Now()}
+	if err := store.CreateMerchant(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	// Two events of one merchant in the current week's partition, so that
+	// a unique index on merchant_id fails there.
+	if _, err := db.ExecContext(ctx, `INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
+		SELECT 'evt_m' || g, $1, false, 'charge.refunded', '{}', now() FROM generate_series(1, 2) g`, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	var part string
+	if err := db.GetContext(ctx, &part, `SELECT tableoid::regclass::text FROM events LIMIT 1`); err != nil {
+		t.Fatal(err)
+	}
+	// What a failed CREATE INDEX CONCURRENTLY leaves: an invalid index of
+	// the name the migration builds.
+	if _, err := db.ExecContext(ctx, `CREATE UNIQUE INDEX CONCURRENTLY `+part+`_type ON `+part+` (merchant_id)`); err == nil {
+		t.Fatal("the unique index on duplicates was built")
+	}
+	if _, err := postgres.Migrate(ctx, db.DB); err != nil {
+		t.Fatal(err)
+	}
+	for run := range 2 { // the second run finds nothing to do
+		if run == 1 {
+			if res, err := postgres.Migrate(ctx, db.DB); err != nil || len(res) != 0 {
+				t.Fatalf("second run: applied %v, %v", res, err)
+			}
+		}
+		var valid bool
+		if err := db.GetContext(ctx, &valid, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'events_type'::regclass`); err != nil {
+			t.Fatal(err)
+		}
+		if !valid {
+			t.Error("events_type is not valid")
+		}
+		// Every partition has its index attached: a valid one, on the
+		// columns of events_type, not unique.
+		var bad []string
+		if err := db.SelectContext(ctx, &bad, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+			WHERE i.inhparent = 'events'::regclass AND NOT EXISTS (
+				SELECT 1 FROM pg_inherits ii JOIN pg_index x ON x.indexrelid = ii.inhrelid
+				WHERE ii.inhparent = 'events_type'::regclass AND x.indrelid = c.oid AND x.indisvalid AND NOT x.indisunique
+					AND x.indnatts = 5)`); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := db.GetContext(ctx, &n, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'events'::regclass`); err != nil || n < 3 {
+			t.Fatalf("events has %d partitions (%v); want the weeks' and the default", n, err)
+		}
+		if len(bad) > 0 {
+			t.Errorf("partitions without a valid events_type index: %v", bad)
+		}
+	}
+}
