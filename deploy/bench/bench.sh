@@ -706,7 +706,10 @@ stop_workers() {
 
 # events: BENCH_EVENTS test events of one merchant spread over its last 29
 # days (inside EVENT_RETENTION's 30, so the worker's prune leaves them) and
-# 1,000 of another, one statement each; then the first page of each.
+# 1,000 of another, one statement each; then the first page of each, all
+# types and filtered: by the type of all their events, and by a prefix none
+# of theirs has (a page each type reads from events_type, not a walk over
+# the merchant's events).
 events() {
 	local big small key_big key_small
 	big=$(bin/api merchant create --name 'Bench events' | jq -er .id)
@@ -722,6 +725,11 @@ events() {
 	SCENARIO_KEY=$key_big smoke GET '/v1/events?limit=10'
 	SCENARIO_KEY=$key_big scenario "$EVENTS_BIG" GET '/v1/events?limit=10' "" page
 	SCENARIO_KEY=$key_small scenario "$EVENTS_SMALL" GET '/v1/events?limit=10' "" page
+	local q
+	for q in 'type=payment_intent.*' 'type=charge.*'; do
+		SCENARIO_KEY=$key_big scenario "GET /v1/events?limit=10&$q ($BENCH_EVENTS events)" GET "/v1/events?limit=10&$q" "" page
+		SCENARIO_KEY=$key_small scenario "GET /v1/events?limit=10&$q (1000 events)" GET "/v1/events?limit=10&$q" "" page
+	done
 }
 
 # seed_events MERCHANT COUNT: payment_intent.succeeded test events.
@@ -942,6 +950,10 @@ report() {
 	cmp=$(list_comparison "${LIST_BIG:-}" "${LIST_SMALL:-}")
 	if [[ -n ${EVENTS_BIG:-} ]]; then
 		cmp+=$'\n'$(list_comparison "$EVENTS_BIG" "$EVENTS_SMALL" "Event list page")
+		local q
+		for q in 'type=payment_intent.*' 'type=charge.*'; do
+			cmp+=$'\n'$(list_comparison "GET /v1/events?limit=10&$q ($BENCH_EVENTS events)" "GET /v1/events?limit=10&$q (1000 events)" "Event list page, $q,")
+		done
 	fi
 	if [[ -n ${CUSTOMERS_BIG:-} ]]; then
 		cmp+=$'\n'$(list_comparison "$CUSTOMERS_BIG" "$CUSTOMERS_SMALL" "Customer list page")
