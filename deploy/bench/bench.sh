@@ -110,6 +110,7 @@ RESULTS="$OUT/results.jsonl"   # one JSON line per measurement
 : >"$RESULTS"
 API_PID=""
 SAMPLER_PID=""
+PROBE_PID=""
 # The load generator; backtoback runs it at nice -n -10, as the harness does.
 LOADGEN=(bin/loadgen)
 # quiesce's CHECKPOINT before each measurement (backtoback: none).
@@ -127,6 +128,7 @@ cleanup() {
 	[[ -n ${STRIPE_API_PID:-} ]] && kill -TERM "$STRIPE_API_PID" 2>/dev/null || true
 	[[ -n ${MOCK_PID:-} ]] && kill "$MOCK_PID" 2>/dev/null || true
 	[[ -n $SAMPLER_PID ]] && kill "$SAMPLER_PID" 2>/dev/null || true
+	[[ -n $PROBE_PID ]] && kill "$PROBE_PID" 2>/dev/null || true
 	((${#SENTINEL_PIDS[@]})) && kill "${SENTINEL_PIDS[@]}" 2>/dev/null || true
 	[[ -n $POOLER_DIR ]] && PGBOUNCER_DIR=$POOLER_DIR bash deploy/local/pgbouncer.sh stop 2>/dev/null || true
 	[[ -n $WORKER_PID ]] && kill -KILL "$WORKER_PID" 2>/dev/null || true
@@ -196,6 +198,7 @@ prepare() {
 	make build >&2
 	for b in api worker scheduler; do [[ -x bin/$b ]] || die "make build did not produce bin/$b"; done
 	go build -o bin/loadgen ./internal/tools/loadgen
+	go build -o bin/stallprobe ./internal/tools/stallprobe
 
 	log "database $BENCH_DB"
 	psql "$BENCH_PG/postgres?sslmode=disable" -X -q -v ON_ERROR_STOP=1 \
@@ -1184,6 +1187,15 @@ WHERE merchant_id = :mid AND livemode = false AND id = (SELECT id FROM bench_ids
 	B2B_STARTED=$(date +%s)
 	sampler &
 	SAMPLER_PID=$!
+	# The machine's own pauses, second by second (internal/tools/stallprobe),
+	# at the generator's priority: a sleep that overruns by tens of ms there
+	# is the machine stopping, not one process.
+	if [[ ${LOADGEN[0]} == nice ]]; then
+		nice -n -10 bin/stallprobe >"$OUT/stalls.csv" &
+	else
+		bin/stallprobe >"$OUT/stalls.csv" &
+	fi
+	PROBE_PID=$!
 	pg_snapshot "start"
 	raw "raw INSERT (round 1)" insert "$insert"
 	pg_snapshot "raw INSERT (round 1)"
@@ -1208,9 +1220,9 @@ WHERE merchant_id = :mid AND livemode = false AND id = (SELECT id FROM bench_ids
 	# same fixed rate, the floor under the open-model POST's tail.
 	raw_open "raw INSERT at $BENCH_RATE/s (open model)" insert-open "$insert"
 	pg_snapshot "raw INSERT open model"
-	kill "$SAMPLER_PID" 2>/dev/null || true
-	wait "$SAMPLER_PID" 2>/dev/null || true
-	SAMPLER_PID=""
+	kill "$SAMPLER_PID" "$PROBE_PID" 2>/dev/null || true
+	wait "$SAMPLER_PID" "$PROBE_PID" 2>/dev/null || true
+	SAMPLER_PID="" PROBE_PID=""
 	pg_log_copy
 }
 
@@ -1378,14 +1390,31 @@ b2b_table() {
 
 # The open phases' seconds with a request over 10 ms, from their timelines.
 b2b_seconds() {
-	local name tl rows
+	local name tl rows probe=$OUT/stalls.csv
+	[[ -s $probe ]] || probe=/dev/null
 	while IFS=$'\t' read -r name tl; do
 		[[ -s $tl ]] || continue
-		rows=$(awk -F, -v t0="$B2B_STARTED" 'NR > 1 && $3 > 0 {
-			printf "%s%d s (+%d): %d over 10 ms, max %.1f ms", sep, NR - 2, $1 - t0, $3, $4; sep = "; " }' "$tl")
+		rows=$(awk -F, -v t0="$B2B_STARTED" '
+			FILENAME != tl { if (FNR > 1) { late[$1] = $3; steal[$1] = $5 }; next }
+			FNR > 1 && $3 > 0 {
+				printf "%s%d s (+%d): %d over 10 ms, max %.1f ms", sep, FNR - 2, $1 - t0, $3, $4
+				if ($1 in late) printf " [machine: wake-up late %.1f ms, steal %d ms]", late[$1], steal[$1]
+				sep = "; " }' tl="$tl" "$probe" "$tl")
 		printf -- '- open %s: %s\n' "$name" "${rows:-no second with a request over 10 ms}"
 	done < <(jq -r 'select(.kind == "open") | [.scenario, .timeline] | @tsv' "$RESULTS")
-	printf '\n(Seconds of the measured window, then, in brackets, seconds since the first phase began.)\n\n'
+	printf '\n(Seconds of the measured window, then, in brackets, seconds since the first phase began. "machine": that second of bin/stallprobe, at the generator'"'"'s priority: the longest a 1 ms sleep overran, and the CPU time the hypervisor took.)\n\n'
+	b2b_stalls
+}
+
+# The whole run's seconds in which the machine itself stalled: a 1 ms
+# sleep of bin/stallprobe overran by more than 20 ms.
+b2b_stalls() {
+	[[ -s $OUT/stalls.csv ]] || return 0
+	local rows
+	rows=$(awk -F, -v t0="$B2B_STARTED" 'NR > 1 && $3 > 20 {
+		printf "%s+%d s: %.1f ms late (steal %d ms)", sep, $1 - t0, $3, $5; sep = "; " }' "$OUT/stalls.csv")
+	printf 'Seconds of the whole run in which a 1 ms sleep of bin/stallprobe overran by more than 20 ms: %s. Steal over the run: %s ms.\n\n' \
+		"${rows:-none}" "$(awk -F, 'NR > 1 { s += $5 } END { print s + 0 }' "$OUT/stalls.csv")"
 }
 
 # The open POST's window second by second beside the disk and the WAL:
