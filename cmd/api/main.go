@@ -235,7 +235,11 @@ func migrate(ctx context.Context, stdout io.Writer) error {
 	}
 	applied := []string{}
 	for _, r := range res {
-		applied = append(applied, r.Source.Path)
+		name := r.Source.Path
+		if name == "" { // a Go migration (postgres.Migrations)
+			name = fmt.Sprintf("%04d (Go, internal/postgres/migrate.go)", r.Source.Version)
+		}
+		applied = append(applied, name)
 	}
 	return json.NewEncoder(stdout).Encode(map[string]any{"applied": applied})
 }

@@ -5,7 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
+
+	"github.com/lib/pq"
 
 	"paysvc/internal/payments"
 )
@@ -41,14 +45,21 @@ func (r deliveryLogRow) record() payments.DeliveryRecord {
 // deliveryLogSelect reads deliveries (aliased d) with their event's type and
 // the start of their last attempt's response, found on webhook_attempts'
 // (scope, delivery_id, created_at) index, each in its delivery's partition.
-const deliveryLogSelect = `SELECT d.id, d.livemode, d.endpoint_id, d.event_id, e.type AS event_type, d.status, d.attempts,
-	d.last_status, la.response_body AS last_response_body, d.last_error, d.next_attempt_at, d.created_at, d.delivered_at
-FROM webhook_deliveries d
+const deliveryLogSelect = deliveryLogCols + `
+FROM webhook_deliveries d` + deliveryLogJoins
+
+// deliveryLogCols and deliveryLogJoins are deliveryLogSelect's select list
+// and joins, to put around another source of deliveries (a page).
+const (
+	deliveryLogCols = `SELECT d.id, d.livemode, d.endpoint_id, d.event_id, e.type AS event_type, d.status, d.attempts,
+	d.last_status, la.response_body AS last_response_body, d.last_error, d.next_attempt_at, d.created_at, d.delivered_at`
+	deliveryLogJoins = `
 JOIN events e ON e.id = d.event_id AND e.created_at = d.event_created_at -- its partition
 LEFT JOIN LATERAL (SELECT a.response_body FROM webhook_attempts a
 	WHERE a.merchant_id = d.merchant_id AND a.livemode = d.livemode AND a.delivery_id = d.id
 		AND a.event_created_at = d.event_created_at
 	ORDER BY a.created_at DESC LIMIT 1) la ON true`
+)
 
 // liveEndpoint checks that the scope has the endpoint, not deleted.
 func (s *Store) liveEndpoint(ctx context.Context, sc payments.Scope, id string) error {
@@ -64,19 +75,60 @@ func (s *Store) liveEndpoint(ctx context.Context, sc payments.Scope, id string) 
 	return nil
 }
 
+// deliveryPageKey names one statement of EndpointDeliveries.
+type deliveryPageKey struct {
+	status string // one of payments' delivery statuses, "" for all
+	after  bool   // the page after a cursor
+	rows   int    // its LIMIT (pageRows)
+}
+
+// deliveryPages holds EndpointDeliveries' statements, made once each:
+// deliveryPageKey → string (three statuses or none, a cursor or not, five
+// sizes).
+var deliveryPages sync.Map
+
+// deliveryPageQuery is the statement of a page of an endpoint's deliveries,
+// newest first: $1, $2 the scope, $3 the endpoint, ($4, $5) the cursor's
+// (created_at, id). As eventPageQuery, each variant is a statement of its
+// own, the status a literal and the LIMIT a constant, so that the generic
+// plan is kept, and so that the planner sees from the column's statistics
+// that failed and pending deliveries are few and walks their partial index,
+// webhook_deliveries_unsettled, for them: on webhook_deliveries_endpoint a
+// page of an endpoint's failures read every one of its deliveries.
+//
+// The page is selected first, then joined to its events and attempts: with
+// the joins around the page's query the planner estimated the join to the
+// events at one row (it multiplies the selectivities of its two conditions,
+// the event's id and its partition time, which say the same thing), so it
+// joined and sorted every delivery of the endpoint to return ten.
+func deliveryPageQuery(k deliveryPageKey) string {
+	if q, ok := deliveryPages.Load(k); ok {
+		return q.(string)
+	}
+	page := `SELECT * FROM webhook_deliveries d WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.endpoint_id = $3`
+	if k.status != "" {
+		page += ` AND d.status = ` + pq.QuoteLiteral(k.status)
+	}
+	if k.after {
+		page += ` AND (d.created_at, d.id) < ($4, $5)`
+	}
+	const order = ` ORDER BY d.created_at DESC, d.id DESC`
+	page += order + ` LIMIT ` + strconv.Itoa(k.rows)
+	q := deliveryLogCols + `
+FROM (` + page + `) d` + deliveryLogJoins + order
+	deliveryPages.Store(k, q)
+	return q
+}
+
 // EndpointDeliveries returns a page of an endpoint's deliveries, newest
-// first, on the webhook_deliveries_endpoint index; status "" is every
-// status. starting_after must be a delivery of that endpoint.
+// first (deliveryPageQuery); status "" is every status. starting_after
+// must be a delivery of that endpoint.
 func (s *Store) EndpointDeliveries(ctx context.Context, sc payments.Scope, endpointID string, f payments.DeliveryFilter) (payments.Page[payments.DeliveryRecord], error) {
 	if err := s.liveEndpoint(ctx, sc, endpointID); err != nil {
 		return payments.Page[payments.DeliveryRecord]{}, err
 	}
-	const where = deliveryLogSelect + `
-	WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.endpoint_id = $3 AND ($4 = '' OR d.status = $4)`
-	const first = where + ` ORDER BY d.created_at DESC, d.id DESC LIMIT $5`
-	const after = where + ` AND (d.created_at, d.id) < ($5, $6) ORDER BY d.created_at DESC, d.id DESC LIMIT $7`
-	args := []any{sc.MerchantID, sc.Live, endpointID, f.Status}
-	q := first
+	k := deliveryPageKey{status: f.Status, rows: pageSize(f.Limit)}
+	args := []any{sc.MerchantID, sc.Live, endpointID}
 	if f.StartingAfter != "" {
 		const cq = `SELECT created_at, id FROM webhook_deliveries WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND endpoint_id = $4
 			AND event_created_at >= coalesce($5::timestamptz, '-infinity') AND event_created_at < coalesce($6::timestamptz, 'infinity')`
@@ -89,11 +141,11 @@ func (s *Store) EndpointDeliveries(ctx context.Context, sc payments.Scope, endpo
 		if err != nil {
 			return payments.Page[payments.DeliveryRecord]{}, fmt.Errorf("select cursor: %w", err)
 		}
-		q = after
+		k.after = true
 		args = append(args, c.CreatedAt, c.ID)
 	}
 	var rows []deliveryLogRow
-	if err := s.q.SelectContext(ctx, &rows, q, append(args, f.Limit+1)...); err != nil {
+	if err := scanRows(ctx, &s.q, &rows, f.Limit+1, deliveryPageQuery(k), args...); err != nil {
 		return payments.Page[payments.DeliveryRecord]{}, fmt.Errorf("select deliveries: %w", err)
 	}
 	out := make([]payments.DeliveryRecord, 0, len(rows))

@@ -50,12 +50,12 @@ func TestTypedEventPageReadsOnlyItsPage(t *testing.T) {
 		{"the type of most", []string{payments.EventPaymentSucceeded}, 10, true},
 		{"two types", []string{payments.EventPaymentSucceeded, payments.EventChargeRefunded}, 10, true},
 	} {
-		before := tuplesRead(t, db)
+		before := tuplesRead(t, db, "events")
 		p, err := store.EventPage(ctx, sc, payments.EventFilter{ListParams: payments.ListParams{Limit: 10}, Types: tc.types})
 		if err != nil {
 			t.Fatal(err)
 		}
-		read := tuplesRead(t, db) - before
+		read := tuplesRead(t, db, "events") - before
 		t.Logf("%s: %d rows read", tc.name, read)
 		if len(p.Data) != tc.rows || p.HasMore != tc.more {
 			t.Errorf("%s: got %d events (has_more %v), want %d (%v)", tc.name, len(p.Data), p.HasMore, tc.rows, tc.more)
@@ -121,10 +121,10 @@ func TestEventPagesKeepGenericPlans(t *testing.T) {
 	}
 }
 
-// tuplesRead is how many rows of events (every partition) scans have
+// tuplesRead is how many rows of table (every partition) scans have
 // returned so far, by the statistics of the pool's one session, flushed
 // first.
-func tuplesRead(t *testing.T, db *sqlx.DB) int64 {
+func tuplesRead(t *testing.T, db *sqlx.DB, table string) int64 {
 	t.Helper()
 	// The session's counts reach the shared statistics when it next goes
 	// idle, forced so by this call (it would wait up to a second).
@@ -133,76 +133,8 @@ func tuplesRead(t *testing.T, db *sqlx.DB) int64 {
 	}
 	var n int64
 	if err := db.Get(&n, `SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)::bigint
-		FROM pg_stat_user_tables WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = 'events'::regclass)`); err != nil {
+		FROM pg_stat_user_tables WHERE relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::regclass)`, table); err != nil {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// TestEventsTypeIndexMigration: 0018 indexes every partition of events,
-// rows already in them, and makes the partitioned index valid; a build
-// that failed half-way (leaving a partition's index invalid) is built again
-// by the next run.
-func TestEventsTypeIndexMigration(t *testing.T) {
-	t.Parallel()
-	db := freshDB(t, 17)
-	ctx := context.Background()
-	store := postgres.New(db)
-	// The weeks' partitions, beside the default one.
-	if _, err := store.MaintainPartitions(ctx, time.Now(), payments.EventRetention, payments.IdempotencyTTL); err != nil {
-		t.Fatal(err)
-	}
-	m := payments.Merchant{ID: payments.NewID("mch_"), Name: "Index", Plan: payments.PlanFree, Created: time.Now()}
-	if err := store.CreateMerchant(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	// Two events of one merchant in the current week's partition, so that
-	// a unique index on merchant_id fails there.
-	if _, err := db.ExecContext(ctx, `INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
-		SELECT 'evt_m' || g, $1, false, 'charge.refunded', '{}', now() FROM generate_series(1, 2) g`, m.ID); err != nil {
-		t.Fatal(err)
-	}
-	var part string
-	if err := db.GetContext(ctx, &part, `SELECT tableoid::regclass::text FROM events LIMIT 1`); err != nil {
-		t.Fatal(err)
-	}
-	// What a failed CREATE INDEX CONCURRENTLY leaves: an invalid index of
-	// the name the migration builds.
-	if _, err := db.ExecContext(ctx, `CREATE UNIQUE INDEX CONCURRENTLY `+part+`_type ON `+part+` (merchant_id)`); err == nil {
-		t.Fatal("the unique index on duplicates was built")
-	}
-	if _, err := postgres.Migrate(ctx, db.DB); err != nil {
-		t.Fatal(err)
-	}
-	for run := range 2 { // the second run finds nothing to do
-		if run == 1 {
-			if res, err := postgres.Migrate(ctx, db.DB); err != nil || len(res) != 0 {
-				t.Fatalf("second run: applied %v, %v", res, err)
-			}
-		}
-		var valid bool
-		if err := db.GetContext(ctx, &valid, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'events_type'::regclass`); err != nil {
-			t.Fatal(err)
-		}
-		if !valid {
-			t.Error("events_type is not valid")
-		}
-		// Every partition has its index attached: a valid one, on the
-		// columns of events_type, not unique.
-		var bad []string
-		if err := db.SelectContext(ctx, &bad, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-			WHERE i.inhparent = 'events'::regclass AND NOT EXISTS (
-				SELECT 1 FROM pg_inherits ii JOIN pg_index x ON x.indexrelid = ii.inhrelid
-				WHERE ii.inhparent = 'events_type'::regclass AND x.indrelid = c.oid AND x.indisvalid AND NOT x.indisunique
-					AND x.indnatts = 5)`); err != nil {
-			t.Fatal(err)
-		}
-		var n int
-		if err := db.GetContext(ctx, &n, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'events'::regclass`); err != nil || n < 3 {
-			t.Fatalf("events has %d partitions (%v); want the weeks' and the default", n, err)
-		}
-		if len(bad) > 0 {
-			t.Errorf("partitions without a valid events_type index: %v", bad)
-		}
-	}
 }

@@ -61,11 +61,19 @@ func goMigrations() []*goose.Migration {
 		goose.NewGoMigration(18, &goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error {
 			return partitionedIndex(ctx, db, "events", "events_type", "(merchant_id, livemode, type, created_at DESC, id DESC)")
 		}}, nil),
+		// 0019: webhook_deliveries_unsettled serves an endpoint's delivery
+		// log filtered to failed or pending (Store.EndpointDeliveries):
+		// only those deliveries, so a delivery that succeeds leaves no
+		// entry (its update inserts none) and the index stays small.
+		goose.NewGoMigration(19, &goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error {
+			return partitionedIndex(ctx, db, "webhook_deliveries", "webhook_deliveries_unsettled",
+				"(merchant_id, livemode, endpoint_id, created_at DESC, id DESC) WHERE status <> 'succeeded'")
+		}}, nil),
 	}
 }
 
-// partitionedIndex creates index name on the partitioned table with
-// columns cols without blocking writes to it for the length of the build,
+// partitionedIndex creates index name on the partitioned table, def its
+// columns and any predicate, without blocking writes to it for the length of the build,
 // which on a large table is minutes: CREATE INDEX on a partitioned table
 // cannot be CONCURRENTLY and would hold off every insert of an event (and
 // so every payment) until done. Instead the parent's index is made ON ONLY
@@ -74,9 +82,9 @@ func goMigrations() []*goose.Migration {
 // attached, and the parent's becomes valid with the last one. A partition
 // dropped meanwhile by partition maintenance is skipped; one left with an
 // invalid index by a build that failed half-way is built again.
-func partitionedIndex(ctx context.Context, db *sql.DB, table, name, cols string) error {
+func partitionedIndex(ctx context.Context, db *sql.DB, table, name, def string) error {
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON ONLY %s %s`,
-		pq.QuoteIdentifier(name), pq.QuoteIdentifier(table), cols)); err != nil {
+		pq.QuoteIdentifier(name), pq.QuoteIdentifier(table), def)); err != nil {
 		return fmt.Errorf("create index %s: %w", name, err)
 	}
 	// The partitions whose index is not attached yet: attached ones have
@@ -101,7 +109,7 @@ func partitionedIndex(ctx context.Context, db *sql.DB, table, name, cols string)
 			return fmt.Errorf("index of %s: %w", part, err)
 		}
 		steps := []string{
-			fmt.Sprintf(`CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s %s`, idx, pq.QuoteIdentifier(part), cols),
+			fmt.Sprintf(`CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s %s`, idx, pq.QuoteIdentifier(part), def),
 			fmt.Sprintf(`ALTER INDEX %s ATTACH PARTITION %s`, pq.QuoteIdentifier(name), idx),
 		}
 		if valid.Valid && !valid.Bool {

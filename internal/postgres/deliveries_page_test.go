@@ -1,0 +1,102 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/testenv"
+)
+
+// TestEndpointFailuresPageReadsOnlyThem: a page of an endpoint's failed
+// (or pending) deliveries reads those deliveries, not every delivery of the
+// endpoint, and every kind of delivery-log page keeps its generic plan.
+func TestEndpointFailuresPageReadsOnlyThem(t *testing.T) {
+	t.Parallel()
+	db, store, sc := soloMerchant(t)
+	ctx := context.Background()
+	const ep = "we_pages"
+	// 20,000 deliveries of their events over three weeks, all succeeded but
+	// four failed and two pending.
+	for _, q := range []string{
+		`INSERT INTO webhook_endpoints (id, merchant_id, livemode, url, events, status, secret_sealed)
+		VALUES ($2, $1, false, 'https://example.com/hooks', '["*"]', 'enabled', '\x00')`,
+		`INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
+		SELECT 'evt_seed' || g, $1, false, 'payment_intent.succeeded', '{}', now() - g * interval '90 seconds'
+		FROM generate_series(1, 20000) g WHERE $2 <> ''`,
+		`INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, attempts, next_attempt_at, created_at, event_created_at)
+		SELECT 'whd_seed' || g, $1, false, e.id, $2,
+			CASE WHEN g % 5000 = 0 THEN 'failed' WHEN g IN (7, 11) THEN 'pending' ELSE 'succeeded' END,
+			1, now(), e.created_at, e.created_at
+		FROM events e, CAST(substr(e.id, 9) AS int) g WHERE e.merchant_id = $1`,
+	} {
+		if _, err := db.ExecContext(ctx, q, sc.MerchantID, ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE events, webhook_deliveries`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		status string
+		rows   int
+		more   bool
+		read   int64 // at most, of webhook_deliveries
+	}{
+		{payments.DeliveryFailed, 4, false, 20},
+		{payments.DeliveryPending, 2, false, 20},
+		{payments.DeliverySucceeded, 10, true, 30},
+		{"", 10, true, 20},
+	} {
+		before := tuplesRead(t, db, "webhook_deliveries")
+		p, err := store.EndpointDeliveries(ctx, sc, ep, payments.DeliveryFilter{ListParams: payments.ListParams{Limit: 10}, Status: tc.status})
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := tuplesRead(t, db, "webhook_deliveries") - before
+		if len(p.Data) != tc.rows || p.HasMore != tc.more {
+			t.Errorf("status %q: got %d deliveries (has_more %v), want %d (%v)", tc.status, len(p.Data), p.HasMore, tc.rows, tc.more)
+		}
+		for _, d := range p.Data {
+			if tc.status != "" && d.Status != tc.status {
+				t.Errorf("status %q: got a delivery %s %s", tc.status, d.ID, d.Status)
+			}
+		}
+		if read > tc.read {
+			t.Errorf("status %q: the page read %d deliveries; want at most %d, not the endpoint's 20,000", tc.status, read, tc.read)
+		}
+	}
+
+	if testenv.PoolMode() == postgres.PoolTransaction {
+		return // nothing is prepared behind a transaction-mode pooler
+	}
+	for _, f := range []payments.DeliveryFilter{
+		{},
+		{Status: payments.DeliveryFailed},
+		{Status: payments.DeliverySucceeded, ListParams: payments.ListParams{StartingAfter: "whd_seed3"}},
+	} {
+		f.Limit = 10
+		for range 12 {
+			if _, err := store.EndpointDeliveries(ctx, sc, ep, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var plans []struct {
+		Statement       string
+		Generic, Custom int
+	}
+	if err := db.SelectContext(ctx, &plans, `SELECT statement, generic_plans AS generic, custom_plans AS custom FROM pg_prepared_statements
+		WHERE statement LIKE '%FROM webhook_deliveries d%ORDER BY d.created_at DESC, d.id DESC LIMIT 11)%'`); err != nil {
+		t.Fatal(err)
+	}
+	if len(plans) != 5 { // every status's first page, and succeeded's after a cursor
+		t.Errorf("got %d prepared delivery-log pages, want 5", len(plans))
+	}
+	for _, p := range plans {
+		if p.Custom > 5 {
+			t.Errorf("%d generic and %d custom plans; want the generic plan kept after 5 custom ones:\n%s", p.Generic, p.Custom, p.Statement)
+		}
+	}
+}
