@@ -103,20 +103,28 @@ func TestEventPagesKeepGenericPlans(t *testing.T) {
 			}
 		}
 	}
+	wantGenericPlans(t, db, `%FROM events e%ORDER BY e.created_at DESC, e.id DESC LIMIT 11%`, 5)
+}
+
+// wantGenericPlans checks the session's prepared statements like pattern:
+// n of them, and each planned on its generic plan after its first five
+// custom ones.
+func wantGenericPlans(t *testing.T, db *sqlx.DB, pattern string, n int) {
+	t.Helper()
 	var plans []struct {
 		Statement       string
 		Generic, Custom int
 	}
-	if err := db.SelectContext(ctx, &plans, `SELECT statement, generic_plans AS generic, custom_plans AS custom FROM pg_prepared_statements
-		WHERE statement LIKE '%FROM events e%ORDER BY e.created_at DESC, e.id DESC LIMIT 11%'`); err != nil {
+	if err := db.Select(&plans, `SELECT statement, generic_plans AS generic, custom_plans AS custom FROM pg_prepared_statements
+		WHERE statement LIKE $1`, pattern); err != nil {
 		t.Fatal(err)
 	}
-	if len(plans) != 5 {
-		t.Errorf("got %d prepared events pages, want one for each of the 5 kinds", len(plans))
+	if len(plans) != n {
+		t.Errorf("got %d prepared statements like %s, want %d", len(plans), pattern, n)
 	}
 	for _, p := range plans {
 		if p.Custom > 5 {
-			t.Errorf("%d generic and %d custom plans in 12 calls; want the generic plan kept after 5 custom ones:\n%s", p.Generic, p.Custom, p.Statement)
+			t.Errorf("%d generic and %d custom plans; want the generic plan kept after 5 custom ones:\n%s", p.Generic, p.Custom, p.Statement)
 		}
 	}
 }
