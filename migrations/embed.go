@@ -6,7 +6,7 @@ import "embed"
 
 // FS holds every NNNN_name.sql file of this folder. A migration that cannot
 // be one SQL file run in a transaction is Go code, numbered among these:
-// 0018 (events_type) and 0019 (webhook_deliveries_unsettled), indexes built
+// 0018 (events_type) and 0019 (webhook_deliveries_failed), indexes built
 // without blocking writes, are in internal/postgres/migrate.go.
 //
 //go:embed *.sql

@@ -92,9 +92,10 @@ var deliveryPages sync.Map
 // (created_at, id). As eventPageQuery, each variant is a statement of its
 // own, the status a literal and the LIMIT a constant, so that the generic
 // plan is kept, and so that the planner sees from the column's statistics
-// that failed and pending deliveries are few and walks their partial index,
-// webhook_deliveries_unsettled, for them: on webhook_deliveries_endpoint a
-// page of an endpoint's failures read every one of its deliveries.
+// that failed and pending deliveries are few and reads them from their
+// partial indexes (webhook_deliveries_failed, webhook_deliveries_pending):
+// on webhook_deliveries_endpoint a page of an endpoint's failures read
+// every one of its deliveries.
 //
 // The page is selected first, then joined to its events and attempts: with
 // the joins around the page's query the planner estimated the join to the
