@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,8 +182,14 @@ func TestPeriodicSkipsTicksWhileAUniqueTaskRuns(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if logs.Len() > 0 {
-		t.Errorf("got warnings, want the skipped ticks skipped quietly:\n%s", logs)
+	// A tick whose enqueue the test's own deadline cut short (a loaded
+	// machine, Redis slow to answer at the last tick) warns rightly; any
+	// other warning is a skipped tick that was not quiet.
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if line != "" && !strings.Contains(line, "context deadline exceeded") {
+			t.Errorf("got warnings, want the skipped ticks skipped quietly:\n%s", logs)
+			break
+		}
 	}
 }
 
