@@ -733,6 +733,47 @@ events() {
 		SCENARIO_KEY=$key_big scenario "GET /v1/events?limit=10&$q ($BENCH_EVENTS events)" GET "/v1/events?limit=10&$q" "" page
 		SCENARIO_KEY=$key_small scenario "GET /v1/events?limit=10&$q (1000 events)" GET "/v1/events?limit=10&$q" "" page
 	done
+
+	# The delivery log: an endpoint of each merchant with a delivery of every
+	# event (one in 1,000 failed), as if a worker had sent them all.
+	local ep_big ep_small
+	ep_big=$(SCENARIO_KEY=$key_big endpoint_id)
+	ep_small=$(SCENARIO_KEY=$key_small endpoint_id)
+	log "seeding a delivery of every event to $ep_big and $ep_small"
+	seed_deliveries "$big" "$ep_big"
+	seed_deliveries "$small" "$ep_small"
+	pg -c "VACUUM ANALYZE webhook_deliveries"
+	for q in 'limit=10' 'limit=10&status=failed'; do
+		SCENARIO_KEY=$key_big smoke GET "/v1/webhook-endpoints/$ep_big/deliveries?$q"
+		SCENARIO_KEY=$key_big scenario "GET /v1/webhook-endpoints/{id}/deliveries?$q ($BENCH_EVENTS deliveries)" GET \
+			"/v1/webhook-endpoints/$ep_big/deliveries?$q" "" page
+		SCENARIO_KEY=$key_small scenario "GET /v1/webhook-endpoints/{id}/deliveries?$q (1000 deliveries)" GET \
+			"/v1/webhook-endpoints/$ep_small/deliveries?$q" "" page
+	done
+	DELIVERIES=1
+}
+
+# endpoint_id: a new webhook endpoint of $SCENARIO_KEY's merchant (nothing
+# delivers to it during the group: no worker runs).
+endpoint_id() {
+	curl -sf "$API/v1/webhook-endpoints" -H "Authorization: Bearer $SCENARIO_KEY" \
+		--data '{"url":"https://hooks.example.com/bench"}' | jq -er .data.id
+}
+
+# seed_deliveries MERCHANT ENDPOINT: a delivery of each of MERCHANT's events
+# to ENDPOINT, made when its event was; every 1,000th failed after 3 attempts.
+seed_deliveries() {
+	pg -v mid="$1" -v ep="$2" <<-'SQL'
+		INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, attempts,
+		    last_status, next_attempt_at, delivered_at, created_at, event_created_at)
+		SELECT 'whd_' || substr(md5(e.id), 1, 24), e.merchant_id, e.livemode, e.id, :'ep',
+		       CASE WHEN row_number() OVER () % 1000 = 0 THEN 'failed' ELSE 'succeeded' END,
+		       CASE WHEN row_number() OVER () % 1000 = 0 THEN 3 ELSE 1 END,
+		       CASE WHEN row_number() OVER () % 1000 = 0 THEN 503 ELSE 200 END,
+		       e.created_at, CASE WHEN row_number() OVER () % 1000 = 0 THEN NULL ELSE e.created_at END,
+		       e.created_at, e.created_at
+		FROM events e WHERE e.merchant_id = :'mid' AND e.livemode = false;
+	SQL
 }
 
 # seed_events MERCHANT COUNT: payment_intent.succeeded test events.
@@ -864,18 +905,19 @@ summary_table() {
 	  (map(select(.kind == "raw")) | group_by(.ref) | map({key: .[0].ref, value: (map(.rps) | add / length)})
 	   | from_entries) as $raw
 	  | (reduce .[] as $x ([]; if any(.[]; . == $x.scenario) then . else . + [$x.scenario] end)) as $names
-	  | "| scenario | req/s (\($conns) conns) | open-model rate req/s | p50 ms | p99 ms | max ms | vs raw PostgreSQL | errors |",
+	  | "| scenario | vs raw PostgreSQL | req/s (\($conns) conns) | open-model rate req/s | p50 ms | p99 ms | max ms | errors |",
 	    "|---|---:|---:|---:|---:|---:|---:|---:|",
 	    ( $names[] as $n
 	      | [ .[] | select(.scenario == $n) ] as $rows
 	      | ($rows | map(select(.kind == "closed" or .kind == "raw")) | first) as $c
 	      | ($rows | map(select(.kind == "open")) | first) as $o
 	      | if $c.kind == "raw" then
-	          "| \($n) | \($c.rps | r1) TPS | — | — | — | — | — | \($c.errors) |"
+	          "| \($n) | — | \($c.rps | r1) TPS | — | — | — | — | \($c.errors) |"
 	        else
-	          "| \($n) | \($c.rps | r1) | \($o.rate // "—") | \($o.p50_ms | r2) | \($o.p99_ms | r2) | \($o.max_ms | r1) | "
+	          "| \($n) | "
 	          + (if (($c.ref // "") != "" and $raw[$c.ref] != null and $raw[$c.ref] > 0)
 	             then "\($c.rps / $raw[$c.ref] | pct) of \($c.ref)" else "—" end)
+	          + " | \($c.rps | r1) | \($o.rate // "—") | \($o.p50_ms | r2) | \($o.p99_ms | r2) | \($o.max_ms | r1)"
 	          + " | \(($c.errors + ($o.errors // 0)))"
 	          + (if (($o.missed // 0) + ($o.late // 0)) > 0
 	             then " (open: \($o.late) late, \($o.missed) missed)" else "" end)
@@ -957,6 +999,12 @@ report() {
 		for q in 'type=payment_intent.*' 'type=charge.*'; do
 			cmp+=$'\n'$(list_comparison "GET /v1/events?limit=10&$q ($BENCH_EVENTS events)" "GET /v1/events?limit=10&$q (1000 events)" "Event list page, $q,")
 		done
+	fi
+	if [[ -n ${DELIVERIES:-} ]]; then
+		local d=GET\ /v1/webhook-endpoints/{id}/deliveries
+		cmp+=$'\n'$(list_comparison "$d?limit=10 ($BENCH_EVENTS deliveries)" "$d?limit=10 (1000 deliveries)" "Delivery log page")
+		cmp+=$'\n'$(list_comparison "$d?limit=10&status=failed ($BENCH_EVENTS deliveries)" \
+			"$d?limit=10&status=failed (1000 deliveries)" "Delivery log page, status=failed,")
 	fi
 	if [[ -n ${CUSTOMERS_BIG:-} ]]; then
 		cmp+=$'\n'$(list_comparison "$CUSTOMERS_BIG" "$CUSTOMERS_SMALL" "Customer list page")
@@ -1372,7 +1420,7 @@ b2b_table() {
 	  def pct: (. * 100 | round | tostring) + "%";
 	  (map(select(.kind == "raw")) | group_by(.ref) | map({key: .[0].ref, value: (map(.rps) | add / length)})
 	   | from_entries) as $raw
-	  | "| # | phase | model | req/s | p50 ms | p99 ms | max ms | vs raw (mean of both rounds) | errors |",
+	  | "| # | phase | model | vs raw (mean of both rounds) | req/s | p50 ms | p99 ms | max ms | errors |",
 	    "|---:|---|---|---:|---:|---:|---:|---:|---:|",
 	    ( to_entries[] | .key as $i | .value
 	      | "| \($i + 1) | \(.scenario) | "
@@ -1380,9 +1428,9 @@ b2b_table() {
 	           elif .kind == "raw" then "pgbench \(.conns) clients"
 	           elif .kind == "open" then "open \(.rate)/s, \(.conns) in flight"
 	           else "closed \(.conns) conns" end)
-	        + " | \(.rps | r2) | \(.p50_ms | r2) | \(.p99_ms | r2) | \(.max_ms | r2) | "
+	        + " | "
 	        + (if .kind == "closed" and $raw[.ref] then "\(.rps / $raw[.ref] | pct) of \(.ref)" else "—" end)
-	        + " | \(.errors)"
+	        + " | \(.rps | r2) | \(.p50_ms | r2) | \(.p99_ms | r2) | \(.max_ms | r2) | \(.errors)"
 	        + (if ((.late // 0) + (.missed // 0)) > 0 then " (\(.late) late, \(.missed) missed)" else "" end)
 	        + " |" )
 	' "$RESULTS"
