@@ -5,9 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http/httptest"
-	"net/url"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -78,14 +76,14 @@ func BenchmarkGate(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkRoutes -benchtime 3s ./internal/httpapi/
 func BenchmarkRoutes(b *testing.B) {
 	ctx := context.Background()
-	pg := newRTCounter(b, testenv.DatabaseURL(b))
-	rd := newRTCounter(b, testenv.RedisURL(b))
-	db, err := postgres.OpenMode(ctx, pg.url, 20, testenv.PoolMode(), false)
+	pg := testenv.CountRoundTrips(b, testenv.DatabaseURL(b))
+	rd := testenv.CountRoundTrips(b, testenv.RedisURL(b))
+	db, err := postgres.OpenMode(ctx, pg.URL, 20, testenv.PoolMode(), false)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { db.Close() })
-	ropt, err := redis.ParseURL(rd.url)
+	ropt, err := redis.ParseURL(rd.URL)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -179,7 +177,7 @@ func BenchmarkRoutes(b *testing.B) {
 				for range 50 { // statements prepared, auth cached, pools full
 					do(b, r.method, r.path(), r.body, r.idem)
 				}
-				pg0, rd0, wait0 := pg.trips.Load(), rd.trips.Load(), db.Stats().WaitDuration
+				pg0, rd0, wait0 := pg.Trips(), rd.Trips(), db.Stats().WaitDuration
 				b.ReportAllocs()
 				b.ResetTimer()
 				if mode == "serial" {
@@ -196,85 +194,10 @@ func BenchmarkRoutes(b *testing.B) {
 				}
 				b.StopTimer()
 				ops := float64(b.N)
-				b.ReportMetric(float64(pg.trips.Load()-pg0)/ops, "pg-rt/op")
-				b.ReportMetric(float64(rd.trips.Load()-rd0)/ops, "redis-rt/op")
+				b.ReportMetric(float64(pg.Trips()-pg0)/ops, "pg-rt/op")
+				b.ReportMetric(float64(rd.Trips()-rd0)/ops, "redis-rt/op")
 				b.ReportMetric(float64(db.Stats().WaitDuration-wait0)/ops, "wait-ns/op")
 			})
-		}
-	}
-}
-
-// rtCounter forwards TCP connections to a server and counts round trips:
-// each time a client sends after the server last spoke (or first), one.
-// Pipelined sends before the reply count once, as they travel together.
-type rtCounter struct {
-	url   string // the server's URL with the forwarder's address
-	trips atomic.Int64
-}
-
-func newRTCounter(b *testing.B, server string) *rtCounter {
-	u, err := url.Parse(server)
-	if err != nil {
-		b.Fatal(err)
-	}
-	upstream := u.Host
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	u.Host = ln.Addr().String()
-	c := &rtCounter{url: u.String()}
-	go func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go c.forward(client, upstream)
-		}
-	}()
-	return c
-}
-
-func (c *rtCounter) forward(client net.Conn, upstream string) {
-	defer client.Close()
-	server, err := net.Dial("tcp", upstream)
-	if err != nil {
-		return
-	}
-	defer server.Close()
-	var serverSpoke atomic.Bool
-	serverSpoke.Store(true)
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := server.Read(buf)
-			if n > 0 {
-				serverSpoke.Store(true)
-				if _, werr := client.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err != nil {
-				client.Close()
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := client.Read(buf)
-		if n > 0 {
-			if serverSpoke.Swap(false) {
-				c.trips.Add(1)
-			}
-			if _, werr := server.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
 		}
 	}
 }

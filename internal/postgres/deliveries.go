@@ -106,7 +106,12 @@ func deliveryPageQuery(k deliveryPageKey) string {
 	if q, ok := deliveryPages.Load(k); ok {
 		return q.(string)
 	}
-	page := `SELECT * FROM webhook_deliveries d WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.endpoint_id = $3`
+	// The endpoint must be live: its deliveries stay when it is deleted.
+	// Checked here, so a page is one round trip; an empty page cannot tell
+	// a missing endpoint from one without deliveries, and EndpointDeliveries
+	// asks which then.
+	page := `SELECT * FROM webhook_deliveries d WHERE d.merchant_id = $1 AND d.livemode = $2 AND d.endpoint_id = $3
+	AND EXISTS (SELECT FROM webhook_endpoints w WHERE w.merchant_id = $1 AND w.livemode = $2 AND w.id = $3 AND w.deleted_at IS NULL)`
 	if k.status != "" {
 		page += ` AND d.status = ` + pq.QuoteLiteral(k.status)
 	}
@@ -125,12 +130,13 @@ FROM (` + page + `) d` + deliveryLogJoins + order
 // first (deliveryPageQuery); status "" is every status. starting_after
 // must be a delivery of that endpoint.
 func (s *Store) EndpointDeliveries(ctx context.Context, sc payments.Scope, endpointID string, f payments.DeliveryFilter) (payments.Page[payments.DeliveryRecord], error) {
-	if err := s.liveEndpoint(ctx, sc, endpointID); err != nil {
-		return payments.Page[payments.DeliveryRecord]{}, err
-	}
 	k := deliveryPageKey{status: f.Status, rows: pageSize(f.Limit)}
 	args := []any{sc.MerchantID, sc.Live, endpointID}
 	if f.StartingAfter != "" {
+		// An unknown endpoint is endpoint_not_found, not an unknown cursor.
+		if err := s.liveEndpoint(ctx, sc, endpointID); err != nil {
+			return payments.Page[payments.DeliveryRecord]{}, err
+		}
 		const cq = `SELECT created_at, id FROM webhook_deliveries WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND endpoint_id = $4
 			AND event_created_at >= coalesce($5::timestamptz, '-infinity') AND event_created_at < coalesce($6::timestamptz, 'infinity')`
 		lo, hi := idSpan(f.StartingAfter)
@@ -148,6 +154,11 @@ func (s *Store) EndpointDeliveries(ctx context.Context, sc payments.Scope, endpo
 	var rows []deliveryLogRow
 	if err := scanRows(ctx, &s.q, &rows, f.Limit+1, deliveryPageQuery(k), args...); err != nil {
 		return payments.Page[payments.DeliveryRecord]{}, fmt.Errorf("select deliveries: %w", err)
+	}
+	if len(rows) == 0 && f.StartingAfter == "" {
+		if err := s.liveEndpoint(ctx, sc, endpointID); err != nil {
+			return payments.Page[payments.DeliveryRecord]{}, err
+		}
 	}
 	out := make([]payments.DeliveryRecord, 0, len(rows))
 	for _, r := range rows {
