@@ -128,21 +128,23 @@ FROM (` + page + `) d` + deliveryLogJoins + order
 
 // EndpointDeliveries returns a page of an endpoint's deliveries, newest
 // first (deliveryPageQuery); status "" is every status. starting_after
-// must be a delivery of that endpoint.
+// must be a delivery of that endpoint. The endpoint is looked up on its own
+// only when the cursor or the page comes back empty, to tell which error
+// (or empty page) that is.
 func (s *Store) EndpointDeliveries(ctx context.Context, sc payments.Scope, endpointID string, f payments.DeliveryFilter) (payments.Page[payments.DeliveryRecord], error) {
 	k := deliveryPageKey{status: f.Status, rows: pageSize(f.Limit)}
 	args := []any{sc.MerchantID, sc.Live, endpointID}
 	if f.StartingAfter != "" {
-		// An unknown endpoint is endpoint_not_found, not an unknown cursor.
-		if err := s.liveEndpoint(ctx, sc, endpointID); err != nil {
-			return payments.Page[payments.DeliveryRecord]{}, err
-		}
 		const cq = `SELECT created_at, id FROM webhook_deliveries WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND endpoint_id = $4
 			AND event_created_at >= coalesce($5::timestamptz, '-infinity') AND event_created_at < coalesce($6::timestamptz, 'infinity')`
 		lo, hi := idSpan(f.StartingAfter)
 		var c cursor
 		err := s.q.GetContext(ctx, &c, cq, sc.MerchantID, sc.Live, f.StartingAfter, endpointID, lo, hi)
 		if errors.Is(err, sql.ErrNoRows) {
+			// An unknown endpoint is endpoint_not_found, not an unknown cursor.
+			if err := s.liveEndpoint(ctx, sc, endpointID); err != nil {
+				return payments.Page[payments.DeliveryRecord]{}, err
+			}
 			return payments.Page[payments.DeliveryRecord]{}, payments.Invalid("starting_after", "is not a known delivery of %s: '%s'", endpointID, f.StartingAfter)
 		}
 		if err != nil {
@@ -155,7 +157,7 @@ func (s *Store) EndpointDeliveries(ctx context.Context, sc payments.Scope, endpo
 	if err := scanRows(ctx, &s.q, &rows, f.Limit+1, deliveryPageQuery(k), args...); err != nil {
 		return payments.Page[payments.DeliveryRecord]{}, fmt.Errorf("select deliveries: %w", err)
 	}
-	if len(rows) == 0 && f.StartingAfter == "" {
+	if len(rows) == 0 { // no deliveries, or no such endpoint (deliveryPageQuery)
 		if err := s.liveEndpoint(ctx, sc, endpointID); err != nil {
 			return payments.Page[payments.DeliveryRecord]{}, err
 		}
