@@ -743,15 +743,20 @@ events() {
 	seed_deliveries "$big" "$ep_big"
 	seed_deliveries "$small" "$ep_small"
 	pg -c "VACUUM ANALYZE webhook_deliveries"
-	for q in 'limit=10' 'limit=10&status=failed'; do
+	for q in "${DELIVERY_QUERIES[@]}"; do
 		SCENARIO_KEY=$key_big smoke GET "/v1/webhook-endpoints/$ep_big/deliveries?$q"
-		SCENARIO_KEY=$key_big scenario "GET /v1/webhook-endpoints/{id}/deliveries?$q ($BENCH_EVENTS deliveries)" GET \
+		SCENARIO_KEY=$key_big scenario "$(deliveries_name "$q" "$BENCH_EVENTS")" GET \
 			"/v1/webhook-endpoints/$ep_big/deliveries?$q" "" page
-		SCENARIO_KEY=$key_small scenario "GET /v1/webhook-endpoints/{id}/deliveries?$q (1000 deliveries)" GET \
+		SCENARIO_KEY=$key_small scenario "$(deliveries_name "$q" 1000)" GET \
 			"/v1/webhook-endpoints/$ep_small/deliveries?$q" "" page
 	done
 	DELIVERIES=1
 }
+
+# The delivery-log pages the events group measures, and a scenario's name:
+# deliveries_name QUERY DELIVERIES.
+DELIVERY_QUERIES=('limit=10' 'limit=10&status=failed')
+deliveries_name() { printf 'GET /v1/webhook-endpoints/{id}/deliveries?%s (%s deliveries)' "$1" "$2"; }
 
 # endpoint_id: a new webhook endpoint of $SCENARIO_KEY's merchant (nothing
 # delivers to it during the group: no worker runs).
@@ -767,12 +772,11 @@ seed_deliveries() {
 		INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, attempts,
 		    last_status, next_attempt_at, delivered_at, created_at, event_created_at)
 		SELECT 'whd_' || substr(md5(e.id), 1, 24), e.merchant_id, e.livemode, e.id, :'ep',
-		       CASE WHEN row_number() OVER () % 1000 = 0 THEN 'failed' ELSE 'succeeded' END,
-		       CASE WHEN row_number() OVER () % 1000 = 0 THEN 3 ELSE 1 END,
-		       CASE WHEN row_number() OVER () % 1000 = 0 THEN 503 ELSE 200 END,
-		       e.created_at, CASE WHEN row_number() OVER () % 1000 = 0 THEN NULL ELSE e.created_at END,
-		       e.created_at, e.created_at
-		FROM events e WHERE e.merchant_id = :'mid' AND e.livemode = false;
+		       CASE WHEN failed THEN 'failed' ELSE 'succeeded' END, CASE WHEN failed THEN 3 ELSE 1 END,
+		       CASE WHEN failed THEN 503 ELSE 200 END,
+		       e.created_at, CASE WHEN NOT failed THEN e.created_at END, e.created_at, e.created_at
+		FROM (SELECT *, row_number() OVER () % 1000 = 0 AS failed FROM events
+		      WHERE merchant_id = :'mid' AND livemode = false) e;
 	SQL
 }
 
@@ -912,14 +916,18 @@ machine() {
 		"$(go env GOVERSION)"
 }
 
+# A jq definition the report's tables start with: each raw figure (insert,
+# select, page) by its ref, the mean of its rounds (back to back has two).
+JQ_RAW_BY_REF='def raw_by_ref: map(select(.kind == "raw")) | group_by(.ref)
+  | map({key: .[0].ref, value: (map(.rps) | add / length)}) | from_entries;'
+
 # The summary table: one row per scenario (closed throughput, open latency).
 summary_table() {
-	jq -rs --arg rate "$BENCH_RATE" --arg conns "$BENCH_CONNS" '
+	jq -rs --arg rate "$BENCH_RATE" --arg conns "$BENCH_CONNS" "$JQ_RAW_BY_REF"'
 	  def r1: if . == null then "—" else (. * 10 | round / 10 | tostring) end;
 	  def r2: if . == null then "—" else (. * 100 | round / 100 | tostring) end;
 	  def pct: (. * 100 | round | tostring) + "%";
-	  (map(select(.kind == "raw")) | group_by(.ref) | map({key: .[0].ref, value: (map(.rps) | add / length)})
-	   | from_entries) as $raw
+	  raw_by_ref as $raw
 	  | (reduce .[] as $x ([]; if any(.[]; . == $x.scenario) then . else . + [$x.scenario] end)) as $names
 	  | "| scenario | vs raw PostgreSQL | req/s (\($conns) conns) | open-model rate req/s | p50 ms | p99 ms | max ms | errors |",
 	    "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -946,10 +954,10 @@ summary_table() {
 # the figure it is judged on and whether it is met.
 aims_table() {
 	local big=${LIST_BIG:-} small=${LIST_SMALL:-}
-	jq -rs --arg big "$big" --arg small "$small" --arg rate "$BENCH_RATE" '
+	jq -rs --arg big "$big" --arg small "$small" --arg rate "$BENCH_RATE" "$JQ_RAW_BY_REF"'
 	  def r2: . * 100 | round / 100 | tostring;
 	  def row($what; $aim; $ok; $shown): "| \($what) | \($aim) | \($shown) | \(if $ok then "met" else "not met" end) |";
-	  (map(select(.kind == "raw")) | map({key: .ref, value: .rps}) | from_entries) as $raw
+	  raw_by_ref as $raw
 	  | (map(select(.kind == "closed")) | map({key: .scenario, value: .}) | from_entries) as $c
 	  | (map(select(.kind == "open")) | map({key: .scenario, value: .}) | from_entries) as $o
 	  | def ratio($s; $ref; $aim; $what):
@@ -1052,10 +1060,11 @@ report() {
 		done
 	fi
 	if [[ -n ${DELIVERIES:-} ]]; then
-		local d=GET\ /v1/webhook-endpoints/{id}/deliveries
-		cmp+=$'\n'$(list_comparison "$d?limit=10 ($BENCH_EVENTS deliveries)" "$d?limit=10 (1000 deliveries)" "Delivery log page")
-		cmp+=$'\n'$(list_comparison "$d?limit=10&status=failed ($BENCH_EVENTS deliveries)" \
-			"$d?limit=10&status=failed (1000 deliveries)" "Delivery log page, status=failed,")
+		local dq
+		for dq in "${DELIVERY_QUERIES[@]}"; do
+			cmp+=$'\n'$(list_comparison "$(deliveries_name "$dq" "$BENCH_EVENTS")" "$(deliveries_name "$dq" 1000)" \
+				"Delivery log page, $dq,")
+		done
 	fi
 	if [[ -n ${CUSTOMERS_BIG:-} ]]; then
 		cmp+=$'\n'$(list_comparison "$CUSTOMERS_BIG" "$CUSTOMERS_SMALL" "Customer list page")
@@ -1467,11 +1476,10 @@ b2b_report() {
 
 # Every phase in the order it ran.
 b2b_table() {
-	jq -rs '
+	jq -rs "$JQ_RAW_BY_REF"'
 	  def r2: if . == null then "—" else (. * 100 | round / 100 | tostring) end;
 	  def pct: (. * 100 | round | tostring) + "%";
-	  (map(select(.kind == "raw")) | group_by(.ref) | map({key: .[0].ref, value: (map(.rps) | add / length)})
-	   | from_entries) as $raw
+	  raw_by_ref as $raw
 	  | "| # | phase | model | vs raw (mean of both rounds) | req/s | p50 ms | p99 ms | max ms | errors |",
 	    "|---:|---|---|---:|---:|---:|---:|---:|---:|",
 	    ( to_entries[] | .key as $i | .value
