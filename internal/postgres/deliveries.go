@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/lib/pq"
@@ -82,10 +81,9 @@ type deliveryPageKey struct {
 	rows   int    // its LIMIT (pageRows)
 }
 
-// deliveryPages holds EndpointDeliveries' statements, made once each:
-// deliveryPageKey → string (three statuses or none, a cursor or not, five
-// sizes).
-var deliveryPages sync.Map
+// deliveryPages holds EndpointDeliveries' statements, made once each
+// (three statuses or none, a cursor or not, five sizes).
+var deliveryPages statementTexts[deliveryPageKey]
 
 // deliveryPageQuery is the statement of a page of an endpoint's deliveries,
 // newest first: $1, $2 the scope, $3 the endpoint, ($4, $5) the cursor's
@@ -103,9 +101,10 @@ var deliveryPages sync.Map
 // the event's id and its partition time, which say the same thing), so it
 // joined and sorted every delivery of the endpoint to return ten.
 func deliveryPageQuery(k deliveryPageKey) string {
-	if q, ok := deliveryPages.Load(k); ok {
-		return q.(string)
-	}
+	return deliveryPages.get(k, func() string { return buildDeliveryPageQuery(k) })
+}
+
+func buildDeliveryPageQuery(k deliveryPageKey) string {
 	// The endpoint must be live: its deliveries stay when it is deleted.
 	// Checked here, so a page is one round trip; an empty page cannot tell
 	// a missing endpoint from one without deliveries, and EndpointDeliveries
@@ -120,10 +119,8 @@ func deliveryPageQuery(k deliveryPageKey) string {
 	}
 	const order = ` ORDER BY d.created_at DESC, d.id DESC`
 	page += order + ` LIMIT ` + strconv.Itoa(k.rows)
-	q := deliveryLogCols + `
+	return deliveryLogCols + `
 FROM (` + page + `) d` + deliveryLogJoins + order
-	deliveryPages.Store(k, q)
-	return q
 }
 
 // EndpointDeliveries returns a page of an endpoint's deliveries, newest

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/lib/pq"
@@ -95,10 +94,10 @@ type eventPageKey struct {
 	rows     int    // its LIMIT (pageRows)
 }
 
-// eventPages holds EventPage's statements, made once each: eventPageKey →
-// string. Types are subsets of payments.EventTypes (ParseEventType), so
-// the statements are a bounded set, and a merchant's usual pages are a few.
-var eventPages sync.Map
+// eventPages holds EventPage's statements, made once each. Types are
+// subsets of payments.EventTypes (ParseEventType), so the statements are a
+// bounded set, and a merchant's usual pages are a few.
+var eventPages statementTexts[eventPageKey]
 
 // eventPageQuery is the statement of an EventPage of k, types its types:
 // $1, $2 the scope, then the created bounds given, then the cursor's
@@ -120,9 +119,10 @@ var eventPages sync.Map
 // filtering out the merchant's whole history for a type it had none of:
 // 3-6 s a page on 1,000,000 events.
 func eventPageQuery(k eventPageKey, types []string) string {
-	if q, ok := eventPages.Load(k); ok {
-		return q.(string)
-	}
+	return eventPages.get(k, func() string { return buildEventPageQuery(k, types) })
+}
+
+func buildEventPageQuery(k eventPageKey, types []string) string {
 	cond, n := `e.merchant_id = $1 AND e.livemode = $2`, 3
 	if k.gte {
 		cond += ` AND e.created_at >= $` + strconv.Itoa(n)
@@ -136,19 +136,15 @@ func eventPageQuery(k eventPageKey, types []string) string {
 		cond += fmt.Sprintf(` AND (e.created_at, e.id) < ($%d, $%d)`, n, n+1)
 	}
 	order := ` ORDER BY e.created_at DESC, e.id DESC LIMIT ` + strconv.Itoa(k.rows)
-	var q string
 	if types == nil {
-		q = `SELECT e.id, e.type, ` + eventPayload + ` AS payload FROM events e WHERE ` + cond + order
-	} else {
-		parts := make([]string, len(types))
-		for i, t := range types {
-			parts[i] = `(SELECT e.id, e.type, e.created_at, e.livemode, e.data FROM events e
-			WHERE ` + cond + ` AND e.type = ` + pq.QuoteLiteral(t) + order + `)`
-		}
-		q = `SELECT e.id, e.type, ` + eventPayload + ` AS payload FROM (` + strings.Join(parts, ` UNION ALL `) + `) e` + order
+		return `SELECT e.id, e.type, ` + eventPayload + ` AS payload FROM events e WHERE ` + cond + order
 	}
-	eventPages.Store(k, q)
-	return q
+	parts := make([]string, len(types))
+	for i, t := range types {
+		parts[i] = `(SELECT e.id, e.type, e.created_at, e.livemode, e.data FROM events e
+		WHERE ` + cond + ` AND e.type = ` + pq.QuoteLiteral(t) + order + `)`
+	}
+	return `SELECT e.id, e.type, ` + eventPayload + ` AS payload FROM (` + strings.Join(parts, ` UNION ALL `) + `) e` + order
 }
 
 // EventPage returns a page of the scope's events, newest first: keyset

@@ -364,9 +364,28 @@ type scanner interface{ dests() []any }
 // 10, 20, 25, 50 and 100, fetch no row more than they need).
 var pageRows = [...]int{11, 21, 26, 51, 101}
 
-// pageTexts holds each page query's texts, one per pageRows, made once:
-// query → *[len(pageRows)]string.
-var pageTexts sync.Map
+// statementTexts holds statement texts built from a key, each built once:
+// the variants of a query (a LIMIT, a filter, a cursor) are few, and
+// building one per request was garbage and a fresh prepared-statement
+// cache key each time.
+type statementTexts[K comparable] struct{ m sync.Map }
+
+// get returns k's text, built by build the first time.
+func (c *statementTexts[K]) get(k K, build func() string) string {
+	if q, ok := c.m.Load(k); ok {
+		return q.(string)
+	}
+	q, _ := c.m.LoadOrStore(k, build())
+	return q.(string)
+}
+
+// pageTexts holds each page query's texts, one per query and pageRows.
+var pageTexts statementTexts[pageText]
+
+type pageText struct {
+	query string // without its LIMIT
+	rows  int
+}
 
 // selectPage selects the first limit+1 rows of query, a page query
 // written without its LIMIT, into rows: page trims them to limit.
@@ -382,19 +401,11 @@ var pageTexts sync.Map
 // statements, not a hundred; the rows past limit+1 are not scanned.
 func selectPage[R any](ctx context.Context, q *prepared, rows *[]R, query string, limit int, args ...any) error {
 	n := pageSize(limit)
-	i := slices.Index(pageRows[:], n)
-	if i < 0 { // beyond any page the API serves
-		return scanRows(ctx, q, rows, limit+1, query+" LIMIT "+strconv.Itoa(n), args...)
+	text := func() string { return query + " LIMIT " + strconv.Itoa(n) }
+	if !slices.Contains(pageRows[:], n) { // beyond any page the API serves: not kept
+		return scanRows(ctx, q, rows, limit+1, text(), args...)
 	}
-	texts, ok := pageTexts.Load(query)
-	if !ok {
-		var t [len(pageRows)]string
-		for j, n := range pageRows {
-			t[j] = query + " LIMIT " + strconv.Itoa(n)
-		}
-		texts, _ = pageTexts.LoadOrStore(query, &t)
-	}
-	return scanRows(ctx, q, rows, limit+1, texts.(*[len(pageRows)]string)[i], args...)
+	return scanRows(ctx, q, rows, limit+1, pageTexts.get(pageText{query, n}, text), args...)
 }
 
 // pageSize is the LIMIT of a page of limit rows: the smallest of pageRows that holds the page and the row after it, or
