@@ -956,13 +956,14 @@ aims_table() {
 	local big=${LIST_BIG:-} small=${LIST_SMALL:-}
 	jq -rs --arg big "$big" --arg small "$small" --arg rate "$BENCH_RATE" "$JQ_RAW_BY_REF"'
 	  def r2: . * 100 | round / 100 | tostring;
+	  def f2: (. * 100 | round) as $n | "\($n / 100 | floor).\($n % 100 | tostring | if length < 2 then "0" + . else . end)";
 	  def row($what; $aim; $ok; $shown): "| \($what) | \($aim) | \($shown) | \(if $ok then "met" else "not met" end) |";
 	  raw_by_ref as $raw
 	  | (map(select(.kind == "closed")) | map({key: .scenario, value: .}) | from_entries) as $c
 	  | (map(select(.kind == "open")) | map({key: .scenario, value: .}) | from_entries) as $o
 	  | def ratio($s; $ref; $aim; $what):
 	      if $c[$s] and $raw[$ref] then ($c[$s].rps / $raw[$ref]) as $v
-	        | row($what; "≥ \($aim)"; $v >= ($aim | tonumber); ($v | r2)) else empty end;
+	        | row($what; "≥ \($aim)"; $v >= ($aim | tonumber); ($v | f2)) else empty end;
 	    def p99($s; $what):
 	      if $o[$s] then row($what; "< 10 ms"; $o[$s].p99_ms < 10;
 	        "\($o[$s].p99_ms | r2) ms (max \($o[$s].max_ms | r2))") else empty end;
@@ -976,7 +977,7 @@ aims_table() {
 	  p99("POST /v1/products (PgBouncer, transaction mode)"; "open-model p99, `POST /v1/products` through PgBouncer"),
 	  p99("GET /v1/products/{id} (PgBouncer, transaction mode)"; "open-model p99, `GET /v1/products/{id}` through PgBouncer"),
 	  (if $c[$big] and $c[$small] then ($c[$big].rps / $c[$small].rps) as $v
-	    | row("list page throughput, big merchant / 1,000 rows"; "≥ 0.90"; $v >= 0.9; ($v | r2)) else empty end)
+	    | row("list page throughput, big merchant / 1,000 rows"; "≥ 0.90"; $v >= 0.9; ($v | f2)) else empty end)
 	' "$RESULTS"
 	if [[ -s $OUT/webhooks.json ]]; then
 		jq -r '"| webhook deliveries/s (\(.events) events × \(.receivers) receivers) | ≥ 2,000 | \(.deliveries_per_s | floor) | \(if .deliveries_per_s >= 2000 then "met" else "not met" end) |",
