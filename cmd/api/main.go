@@ -1,7 +1,7 @@
 // Command api serves the public REST API and the admin listener, and is the
-// admin CLI: migrate, merchant create/unsuspend/stripe-account, key
-// create/revoke, dashboard user create, sandbox payout, payout-bank and
-// advance-clock.
+// admin CLI: migrate, partitions maintain, merchant
+// create/unsuspend/stripe-account, key create/revoke, dashboard user
+// create, sandbox payout, payout-bank and advance-clock.
 package main
 
 import (
@@ -39,6 +39,7 @@ import (
 const usage = `usage:
   api [serve]
   api migrate
+  api partitions maintain
   api merchant create --name NAME [--email EMAIL] [--plan free|brand|pro]
   api merchant unsuspend --merchant ID
   api merchant stripe-account --merchant ID --mode test|live --account acct_…
@@ -82,7 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case args[0] == "listen":
 		err = listen(ctx, args[1:], stdout)
 	case cmd == "merchant create", cmd == "merchant unsuspend", cmd == "merchant stripe-account", cmd == "key create", cmd == "key revoke",
-		cmd == "user create", cmd == "sandbox payout", cmd == "sandbox advance-clock", cmd == "sandbox payout-bank":
+		cmd == "user create", cmd == "sandbox payout", cmd == "sandbox advance-clock", cmd == "sandbox payout-bank",
+		cmd == "partitions maintain":
 		err = admin_(ctx, cmd, args[2:], stdout)
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
 		fmt.Fprintln(stdout, usage)
@@ -380,6 +382,16 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 			return err
 		}
 		return enc.Encode(map[string]any{"merchant_id": sc.MerchantID, "mode": *mode, "stripe_account": *account})
+	case "partitions maintain":
+		// What the scheduler's hourly task does (worker.maintainPartitions),
+		// run now: after the scheduler was stopped, at an hour of the
+		// operator's choosing, since moving rows out of a default partition
+		// holds writes to its table until it commits.
+		ch, err := env.Store.MaintainPartitions(ctx, svc.Clock().Base(), env.Config.EventRetention, payments.IdempotencyTTL)
+		if err != nil {
+			return err
+		}
+		return enc.Encode(map[string]any{"created": nonNil(ch.Created), "dropped": nonNil(ch.Dropped)})
 	case "sandbox advance-clock":
 		if *merchant == "" {
 			return errors.New("--merchant is required")
@@ -504,4 +516,12 @@ func unixOrNil(t *time.Time) any {
 		return nil
 	}
 	return t.Unix()
+}
+
+// nonNil is s, or an empty list for nil: [] in JSON, not null.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

@@ -51,6 +51,29 @@ func useTestEnv(t *testing.T) {
 	t.Setenv("REDIS_URL", testenv.RedisURL(t))
 }
 
+// useEmptyDatabase creates an empty database named for what and this
+// process, dropped when t ends, and points DATABASE_URL at it.
+func useEmptyDatabase(t *testing.T, what string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pid suffix lets testenv drop it if this process dies first.
+	name := fmt.Sprintf("paysvc_t_%s_%d", what, os.Getpid())
+	admin := testenv.DB(t)
+	if _, err := admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(`CREATE DATABASE ` + name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`) })
+	u.Path = "/" + name
+	t.Setenv("DATABASE_URL", u.String())
+	return u
+}
+
 // cli runs the command line as `api args...` and checks that no key secret
 // printed so far appears on stderr or in the process's logs.
 func cli(t *testing.T, args ...string) result {
@@ -172,22 +195,9 @@ func TestMigrate(t *testing.T) {
 	})
 
 	t.Run("empty database, twice", func(t *testing.T) {
-		u, err := url.Parse(testenv.DatabaseURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The pid suffix lets testenv drop it if this process dies first.
-		name := fmt.Sprintf("paysvc_t_climigrate_%d", os.Getpid())
+		u := useEmptyDatabase(t, "climigrate")
+		name := strings.TrimPrefix(u.Path, "/")
 		admin := testenv.DB(t)
-		if _, err := admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := admin.Exec(`CREATE DATABASE ` + name); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _, _ = admin.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`) })
-		u.Path = "/" + name
-		t.Setenv("DATABASE_URL", u.String())
 
 		first := cli(t, "migrate")
 		first.wantExit(t, 0, "migrate")
