@@ -27,7 +27,7 @@ func TestPartitionsMaintain(t *testing.T) {
 	}
 	defer db.Close()
 	now := time.Now().UTC()
-	past := now.AddDate(0, 0, -9) // a week with no partition ahead of it either
+	past := now.AddDate(0, 0, -9) // the week before last: behind any week a run creates ahead
 	if _, err := db.Exec(`INSERT INTO merchants (id, name, plan) VALUES ('mch_parts', 'Parts', 'free')`); err != nil {
 		t.Fatal(err)
 	}
