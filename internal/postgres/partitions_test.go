@@ -584,11 +584,11 @@ func TestPartitionMaintenanceInPoolMode(t *testing.T) {
 	}
 }
 
-// TestPartitionMoveKeepsConcurrentWrites: while maintenance moves rows out
-// of a default partition (a DELETE and an INSERT), a worker keeps updating
-// one of them, as delivery attempts do: every UPDATE finds its row, and the
-// row ends with every increment. (Without the move's table lock the writer's
-// UPDATE, waiting on the deleted row, deadlocks with the partition's creation.)
+// TestPartitionMoveKeepsConcurrentWrites: while maintenance copies rows
+// out of a default partition into their week's table, a worker keeps
+// updating one of them, as delivery attempts do: every UPDATE finds its row,
+// and the row ends with every increment. (Without the carry-over under the
+// table's lock, the copy taken before the last updates would be attached.)
 func TestPartitionMoveKeepsConcurrentWrites(t *testing.T) {
 	t.Parallel()
 	db := freshDB(t, 0)
@@ -601,6 +601,12 @@ func TestPartitionMoveKeepsConcurrentWrites(t *testing.T) {
 		// A week of its own each round, a year or more ahead: in the default partition.
 		created := now.AddDate(1, 0, 7*i)
 		_, whd := insertOldEvent(t, db, sc, we, created, "pending")
+		// Rows beside it, so that the updates go on while the week is copied
+		// (and must be carried over after).
+		if _, err := db.Exec(`INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, event_created_at)
+			SELECT 'whd_fill_' || g, $1, false, 'evt_fill', $2, 'succeeded', $3, $3 FROM generate_series(1, 20000) g`, sc.MerchantID, we, created); err != nil {
+			t.Fatal(err)
+		}
 		stop := make(chan struct{})
 		var applied, missed atomic.Int64
 		var wg sync.WaitGroup
@@ -647,6 +653,10 @@ func TestPartitionMoveKeepsConcurrentWrites(t *testing.T) {
 		var attempts int64
 		if err := db.Get(&attempts, `SELECT attempts FROM webhook_deliveries WHERE id = $1`, whd); err != nil {
 			t.Fatal(err)
+		}
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM `+"webhook_deliveries_"+week(created)); err != nil || n != 20001 {
+			t.Errorf("round %d: webhook_deliveries_%s holds %d rows (%v), want 20001", i, week(created), n, err)
 		}
 		if missed.Load() != 0 || attempts != applied.Load() {
 			t.Errorf("round %d: %d updates found no row; attempts %d, want the %d applied", i, missed.Load(), attempts, applied.Load())
@@ -750,5 +760,91 @@ func TestPartitionCreationWaitsForAnotherRun(t *testing.T) {
 		if name := table + "_" + week(now); !slices.Contains(rels, name) {
 			t.Errorf("no %s after a run that found the lock held, want this week's partition", name)
 		}
+	}
+}
+
+// TestPartitionMoveDoesNotHoldWriters: while maintenance copies a week's
+// rows out of the default partition, a write to the table (here a new event
+// of this week, itself in the default partition: no week partition exists
+// yet) commits at once instead of waiting for the move, and lands in its
+// week with every row copied.
+func TestPartitionMoveDoesNotHoldWriters(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 0)
+	store := postgres.New(db)
+	now := time.Now().UTC()
+	sc, _ := seedScope(t, db)
+	ahead := postgres.WeekStart(now.AddDate(1, 0, 0))
+	const rows = 100000 // a copy of a second or more
+	if _, err := db.Exec(`INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
+		SELECT 'evt_fill_' || g, $1, false, 'charge.refunded', '{"id": "re_1"}', $2::timestamptz + g * interval '1 second'
+		FROM generate_series(1, $3::int) g`, sc.MerchantID, ahead, rows); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := store.MaintainPartitions(context.Background(), now, 100*365*24*time.Hour, payments.IdempotencyTTL)
+		done <- err
+	}()
+	copying := func() bool {
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'
+			AND query LIKE 'INSERT INTO "events_%" SELECT * FROM "events_default"%'`); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	for !copying() {
+		select {
+		case err := <-done:
+			t.Fatalf("maintenance returned (%v) before its copy was seen", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	// Under the old move (the rows moved under the table's lock), this
+	// write waited for the whole move: lock_timeout refuses that.
+	evt := payments.NewTimedID("evt_", now)
+	tx, err := db.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // committed below
+	if _, err := tx.Exec(`SET LOCAL lock_timeout = '1s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO events (id, merchant_id, livemode, type, data, created_at) VALUES ($1, $2, false, 'charge.refunded', '{"id": "re_2"}', $3)`,
+		evt, sc.MerchantID, now); err != nil {
+		t.Fatalf("write during the copy: %v, want it done at once", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if !copying() {
+		t.Log("the copy ended before the write committed; the write still did not wait for a lock")
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("MaintainPartitions: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("MaintainPartitions still running after 2 minutes")
+	}
+	var in string
+	if err := db.Get(&in, `SELECT tableoid::regclass::text FROM events WHERE id = $1`, evt); err != nil || in != "events_"+week(now) {
+		t.Errorf("event written during the copy: in %q (%v), want events_%s", in, err, week(now))
+	}
+	var n int
+	if err := db.Get(&n, `SELECT count(*) FROM events_`+week(ahead)); err != nil || n != rows {
+		t.Errorf("events_%s: %d rows (%v), want %d", week(ahead), n, err, rows)
+	}
+	if err := db.Get(&n, `SELECT count(*) FROM events_default`); err != nil || n != 0 {
+		t.Errorf("events_default: %d rows (%v), want none left", n, err)
+	}
+	if rels := relations(t, db); slices.Contains(rels, "events_moved") {
+		t.Errorf("the replaced default partition is still there: %v", rels)
+	}
+	if _, err := store.Event(context.Background(), sc, evt); err != nil {
+		t.Errorf("Event(%s) after the move: %v", evt, err)
 	}
 }
