@@ -743,13 +743,16 @@ events() {
 	done
 
 	# The delivery log: an endpoint of each merchant with a delivery of every
-	# event (one in 1,000 failed), as if a worker had sent them all.
+	# event, as if a worker had sent them all: one in 1,000 failed on the big
+	# endpoint, one in 100 on the small one, so that a status=failed page
+	# holds ten deliveries on both (one in 1,000 left the small one's page a
+	# single delivery, against the big one's ten: 62% of its throughput).
 	local ep_big ep_small
 	ep_big=$(SCENARIO_KEY=$key_big endpoint_id)
 	ep_small=$(SCENARIO_KEY=$key_small endpoint_id)
 	log "seeding a delivery of every event to $ep_big and $ep_small"
-	seed_deliveries "$big" "$ep_big"
-	seed_deliveries "$small" "$ep_small"
+	seed_deliveries "$big" "$ep_big" 1000
+	seed_deliveries "$small" "$ep_small" 100
 	bin/api partitions maintain >/dev/null # their weeks, as the events'
 	pg -c "VACUUM ANALYZE webhook_deliveries"
 	for q in "${DELIVERY_QUERIES[@]}"; do
@@ -774,17 +777,18 @@ endpoint_id() {
 		--data '{"url":"https://hooks.example.com/bench"}' | jq -er .data.id
 }
 
-# seed_deliveries MERCHANT ENDPOINT: a delivery of each of MERCHANT's events
-# to ENDPOINT, made when its event was; every 1,000th failed after 3 attempts.
+# seed_deliveries MERCHANT ENDPOINT EVERY: a delivery of each of MERCHANT's
+# events to ENDPOINT, made when its event was; every EVERYth failed after 3
+# attempts.
 seed_deliveries() {
-	pg -v mid="$1" -v ep="$2" <<-'SQL'
+	pg -v mid="$1" -v ep="$2" -v every="$3" <<-'SQL'
 		INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, attempts,
 		    last_status, next_attempt_at, delivered_at, created_at, event_created_at)
 		SELECT 'whd_' || substr(md5(e.id), 1, 24), e.merchant_id, e.livemode, e.id, :'ep',
 		       CASE WHEN failed THEN 'failed' ELSE 'succeeded' END, CASE WHEN failed THEN 3 ELSE 1 END,
 		       CASE WHEN failed THEN 503 ELSE 200 END,
 		       e.created_at, CASE WHEN NOT failed THEN e.created_at END, e.created_at, e.created_at
-		FROM (SELECT *, row_number() OVER () % 1000 = 0 AS failed FROM events
+		FROM (SELECT *, row_number() OVER () % :every = 0 AS failed FROM events
 		      WHERE merchant_id = :'mid' AND livemode = false) e;
 	SQL
 }
