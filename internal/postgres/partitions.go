@@ -203,7 +203,8 @@ func (s *Store) maintenanceTx(ctx context.Context, wait bool, fn func(tx *txn) e
 // rows ("The default partition's move without holding writers"). In one
 // transaction:
 //
-//  1. Without a lock that writers wait for: take a snapshot, then create
+//  1. Without a lock that writers wait for: note the oldest transaction
+//     still running, then create
 //     each week's table (LIKE the parent: columns, CHECK constraints,
 //     indexes; and a CHECK of the week's range, so that the ATTACH need not
 //     scan it) and copy the default partition's rows of that week into it.
@@ -212,9 +213,11 @@ func (s *Store) maintenanceTx(ctx context.Context, wait bool, fn func(tx *txn) e
 //  2. LOCK the parent IN EXCLUSIVE MODE (reads go on): it waits for the
 //     writers in flight and holds later ones until commit, so what the
 //     default partition holds from here on is final.
-//  3. Carry over the rows written since the snapshot (their xmin is not
-//     visible to it): the new and updated rows replace their copies. A
-//     week of which only such rows exist gets its table now.
+//  3. Carry over the rows written by that transaction or a later one:
+//     the new and updated rows replace their copies (and some that did not
+//     change, written by transactions that ended before the copy, are
+//     copied again). A week of which only such rows exist gets its table
+//     now.
 //  4. Check that the weeks' tables hold as many rows as the default
 //     partition (no code deletes from these tables; a run that finds one
 //     deleted fails and leaves everything as it was), and add the parent's
@@ -238,11 +241,11 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 		if err != nil {
 			return err
 		}
-		// The snapshot of step 3, taken before the default partition is
-		// read: a row committed between it and the copy is copied and then
-		// carried over again, which is harmless.
-		var snap string
-		if err := tx.GetContext(ctx, &snap, `SELECT pg_current_snapshot()::text`); err != nil {
+		// The oldest transaction still running before the default
+		// partition is read (step 3): every row written by a transaction
+		// older than it is in the copy.
+		var oldest int64
+		if err := tx.GetContext(ctx, &oldest, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`); err != nil {
 			return fmt.Errorf("snapshot %s: %w", table, err)
 		}
 		m := mover{tx: tx, table: table, col: partitionColumn[table], def: table + "_default"}
@@ -277,7 +280,7 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 		if _, err := tx.ExecContext(ctx, lock); err != nil {
 			return fmt.Errorf("lock %s to attach its weeks: %w", table, err)
 		}
-		if err := m.carryOver(ctx, snap); err != nil { // step 3
+		if err := m.carryOver(ctx, oldest); err != nil { // step 3
 			return err
 		}
 		if err := m.swap(ctx); err != nil { // steps 4 and 5
@@ -390,24 +393,29 @@ func (m *mover) exec(ctx context.Context, what, q string, sign int64) error {
 }
 
 // carryOver copies the default partition's rows written (inserted or
-// updated) since snap into their weeks' tables, replacing their copies.
-// Run under the parent's EXCLUSIVE lock.
-func (m *mover) carryOver(ctx context.Context, snap string) error {
+// updated) by transaction oldest or a later one into their weeks' tables,
+// replacing their copies. Run under the parent's EXCLUSIVE lock, when every
+// such transaction has ended.
+//
+// Not "not visible to the copy's snapshot": a pg_snapshot lists the
+// top-level transactions in progress, not their subtransactions, so a row
+// a writer wrote in a savepoint before the snapshot and committed during
+// the copy looked visible to it, and its copy (the version before) was
+// attached. Every transaction id below oldest, subtransactions included,
+// ended before the copy began (a subtransaction's id is above its
+// top-level one's).
+func (m *mover) carryOver(ctx context.Context, oldest int64) error {
 	// The full (epoch-qualified) id of a row's xmin is this transaction's
 	// less the xmin's age: age() counts from this transaction's id, which
 	// step 1's CREATE TABLE assigned. A frozen xmin's age is the largest
-	// integer: older than any snapshot. Ids below the snapshot's xmin are
-	// visible to it, which is every row but those written since: that
-	// comparison in integers spares the rest the snapshot's look-up (a
-	// third of this scan's time, which writers wait for).
-	var xid, xmin int64
-	if err := m.tx.QueryRowxContext(ctx, `SELECT pg_current_xact_id()::text::bigint, pg_snapshot_xmin($1::pg_snapshot)::text::bigint`, snap).Scan(&xid, &xmin); err != nil {
-		return fmt.Errorf("snapshot %s: %w", m.table, err)
+	// integer: older than any.
+	var xid int64
+	if err := m.tx.GetContext(ctx, &xid, `SELECT pg_current_xact_id()::text::bigint`); err != nil {
+		return fmt.Errorf("transaction id: %w", err)
 	}
 	q := fmt.Sprintf(`CREATE TEMPORARY TABLE partition_changed ON COMMIT DROP AS SELECT * FROM %s
-		WHERE $2::bigint - age(xmin) >= $3::bigint AND NOT pg_visible_in_snapshot(($2::bigint - age(xmin))::text::xid8, $1::pg_snapshot)`,
-		pq.QuoteIdentifier(m.def))
-	res, err := m.tx.ExecContext(ctx, q, snap, xid, xmin)
+		WHERE $1::bigint - age(xmin) >= $2::bigint`, pq.QuoteIdentifier(m.def))
+	res, err := m.tx.ExecContext(ctx, q, xid, oldest)
 	if err != nil {
 		return fmt.Errorf("find the rows of %s written during the copy: %w", m.def, err)
 	}
