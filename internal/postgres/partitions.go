@@ -203,21 +203,22 @@ func (s *Store) maintenanceTx(ctx context.Context, wait bool, fn func(tx *txn) e
 // rows ("The default partition's move without holding writers"). In one
 // transaction:
 //
-//  1. Without a lock that writers wait for: note the oldest transaction
-//     still running, then create
-//     each week's table (LIKE the parent: columns, CHECK constraints,
-//     indexes; and a CHECK of the week's range, so that the ATTACH need not
-//     scan it) and copy the default partition's rows of that week into it.
-//     Writers go on meanwhile: into the default partition, and updating
-//     the rows being copied.
-//  2. LOCK the parent IN EXCLUSIVE MODE (reads go on): it waits for the
+//  1. Without a lock that writers wait for: find the transaction id from
+//     which rows may be missing from a copy begun now (carryFrom), then
+//     create each week's table (LIKE the parent: columns, CHECK
+//     constraints, indexes; and a CHECK of the week's range, so that the
+//     ATTACH need not scan it) and copy the default partition's rows of
+//     that week into it. Writers go on meanwhile: into the default
+//     partition, and updating the rows being copied. At most
+//     maxWeeksPerRun weeks a run.
+//  2. LOCK the parent IN EXCLUSIVE MODE: reads go on; it waits for the
 //     writers in flight and holds later ones until commit, so what the
 //     default partition holds from here on is final.
 //  3. Carry over the rows written by that transaction or a later one:
 //     the new and updated rows replace their copies (and some that did not
 //     change, written by transactions that ended before the copy, are
 //     copied again). A week of which only such rows exist gets its table
-//     now.
+//     now, within the bound.
 //  4. Check that the weeks' tables hold as many rows as the default
 //     partition (no code deletes from these tables; a run that finds one
 //     deleted fails and leaves everything as it was), and add the parent's
@@ -226,8 +227,11 @@ func (s *Store) maintenanceTx(ctx context.Context, wait bool, fn func(tx *txn) e
 //  5. Swap: DETACH the default partition (renamed, and dropped in a
 //     transaction of its own after this one), ATTACH the weeks' tables (no
 //     scan: their range CHECK proves it; their indexes and foreign keys are
-//     taken as the parent's), CREATE an empty default. When the default
-//     partition was empty it stays, and each ATTACH finds nothing in it.
+//     taken as the parent's), CREATE an empty default, and put back into
+//     it the rows of weeks beyond the bound, if any. The DETACH takes ACCESS
+//     EXCLUSIVE: reads wait too, for these catalog changes. When the
+//     default partition was empty it stays, and each ATTACH finds nothing
+//     in it.
 //
 // Writers wait only for steps 3 to 5: a scan of the default partition, the
 // foreign keys' checks and catalog changes. A row moved is never absent from
@@ -241,11 +245,8 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 		if err != nil {
 			return err
 		}
-		// The oldest transaction still running before the default
-		// partition is read (step 3): every row written by a transaction
-		// older than it is in the copy.
-		var oldest int64
-		if err := tx.GetContext(ctx, &oldest, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`); err != nil {
+		from, err := carryFrom(ctx, tx) // step 3's
+		if err != nil {
 			return fmt.Errorf("snapshot %s: %w", table, err)
 		}
 		m := mover{tx: tx, table: table, col: partitionColumn[table], def: table + "_default"}
@@ -270,17 +271,20 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 		if len(weeks) == 0 {
 			return nil
 		}
+		// This week and the next first, then the rows' weeks in order.
+		if len(weeks) > maxWeeksPerRun {
+			weeks, m.capped = weeks[:maxWeeksPerRun], true
+		}
 		slices.SortFunc(weeks, time.Time.Compare)
 		for _, d := range weeks { // step 1
 			if err := m.stage(ctx, d, slices.ContainsFunc(stray, d.Equal)); err != nil {
 				return err
 			}
 		}
-		lock := fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table)) // step 2
-		if _, err := tx.ExecContext(ctx, lock); err != nil {
-			return fmt.Errorf("lock %s to attach its weeks: %w", table, err)
+		if err := lockForSwap(ctx, tx, table); err != nil { // step 2
+			return err
 		}
-		if err := m.carryOver(ctx, oldest); err != nil { // step 3
+		if err := m.carryOver(ctx, from); err != nil { // step 3
 			return err
 		}
 		if err := m.swap(ctx); err != nil { // steps 4 and 5
@@ -302,6 +306,90 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 	})
 }
 
+// maxWeeksPerRun bounds the weeks one run creates for a table: each
+// holds a score of locks until commit (its table, indexes, constraints),
+// and a default partition with rows of hundreds of weeks (a sandbox clock
+// moved years ahead) would exhaust the server's lock table. The rows of
+// the weeks left over go back into the new default partition, and the
+// next runs give them their weeks.
+const maxWeeksPerRun = 100
+
+// carryFromWait bounds carryFrom's wait for the transactions in progress.
+const carryFromWait = 2 * time.Second
+
+// carryFrom returns the id from which a transaction's rows may be missing
+// from a copy of the default partition begun after it returns: every
+// transaction with a lower id (subtransactions included) has ended by then.
+// It is the current snapshot's xmax once the transactions it lists as in
+// progress have ended, waiting up to carryFromWait for them (a request's
+// transaction takes milliseconds); else the snapshot's xmin, which is as
+// correct and carries over more rows (those of every transaction since
+// the oldest one still running).
+//
+// Not "the rows not visible to the snapshot": a pg_snapshot lists the
+// top-level transactions in progress, not their subtransactions, so a row
+// written in a savepoint before the snapshot and committed during the copy
+// looked visible to it, and its copy (the version before) was attached.
+func carryFrom(ctx context.Context, tx *txn) (int64, error) {
+	var snap struct {
+		Snap string `db:"snap"`
+		Xmin int64  `db:"xmin"`
+		Xmax int64  `db:"xmax"`
+	}
+	const q = `SELECT s::text AS snap, pg_snapshot_xmin(s)::text::bigint AS xmin, pg_snapshot_xmax(s)::text::bigint AS xmax
+	FROM pg_current_snapshot() s`
+	if err := tx.GetContext(ctx, &snap, q); err != nil {
+		return 0, err
+	}
+	deadline := time.Now().Add(carryFromWait)
+	for {
+		var running int
+		const rq = `SELECT count(*) FROM pg_snapshot_xip($1::pg_snapshot) x WHERE pg_xact_status(x) = 'in progress'`
+		if err := tx.GetContext(ctx, &running, rq, snap.Snap); err != nil {
+			return 0, err
+		}
+		if running == 0 {
+			return snap.Xmax, nil
+		}
+		if time.Now().After(deadline) {
+			return snap.Xmin, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// lockForSwap takes EXCLUSIVE on table, trying again a few times when a
+// writer's transaction holds it past lock_timeout: a failure would throw
+// the run's copy away.
+func lockForSwap(ctx context.Context, tx *txn, table string) error {
+	lock := fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table))
+	var err error
+	for range 5 {
+		if _, err = tx.ExecContext(ctx, `SAVEPOINT partition_lock`); err != nil {
+			break
+		}
+		if _, err = tx.ExecContext(ctx, lock); err == nil {
+			_, err = tx.ExecContext(ctx, `RELEASE SAVEPOINT partition_lock`)
+			break
+		}
+		var pe *pq.Error
+		if !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available
+			break
+		}
+		if _, err = tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT partition_lock`); err != nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("lock %s to attach its weeks: %w", table, err)
+	}
+	return nil
+}
+
 // primaryKey is each partitioned table's primary key: how a row written
 // during a move finds its copy (createPartitions, step 3).
 var primaryKey = map[string]string{
@@ -320,6 +408,7 @@ type mover struct {
 	def    string      // the default partition
 	staged []time.Time // the Mondays of the weeks' tables, in order
 	rows   int64       // the rows in the weeks' tables
+	capped bool        // the default partition may hold rows of weeks not staged
 }
 
 // moved is the name the default partition a swap replaced keeps until it
@@ -393,18 +482,10 @@ func (m *mover) exec(ctx context.Context, what, q string, sign int64) error {
 }
 
 // carryOver copies the default partition's rows written (inserted or
-// updated) by transaction oldest or a later one into their weeks' tables,
-// replacing their copies. Run under the parent's EXCLUSIVE lock, when every
-// such transaction has ended.
-//
-// Not "not visible to the copy's snapshot": a pg_snapshot lists the
-// top-level transactions in progress, not their subtransactions, so a row
-// a writer wrote in a savepoint before the snapshot and committed during
-// the copy looked visible to it, and its copy (the version before) was
-// attached. Every transaction id below oldest, subtransactions included,
-// ended before the copy began (a subtransaction's id is above its
-// top-level one's).
-func (m *mover) carryOver(ctx context.Context, oldest int64) error {
+// updated) by transaction from or a later one (carryFrom) into their weeks'
+// tables, replacing their copies. Run under the parent's EXCLUSIVE lock,
+// when every such transaction has ended.
+func (m *mover) carryOver(ctx context.Context, from int64) error {
 	// The full (epoch-qualified) id of a row's xmin is this transaction's
 	// less the xmin's age: age() counts from this transaction's id, which
 	// step 1's CREATE TABLE assigned. A frozen xmin's age is the largest
@@ -415,7 +496,7 @@ func (m *mover) carryOver(ctx context.Context, oldest int64) error {
 	}
 	q := fmt.Sprintf(`CREATE TEMPORARY TABLE partition_changed ON COMMIT DROP AS SELECT * FROM %s
 		WHERE $1::bigint - age(xmin) >= $2::bigint`, pq.QuoteIdentifier(m.def))
-	res, err := m.tx.ExecContext(ctx, q, xid, oldest)
+	res, err := m.tx.ExecContext(ctx, q, xid, from)
 	if err != nil {
 		return fmt.Errorf("find the rows of %s written during the copy: %w", m.def, err)
 	}
@@ -428,6 +509,10 @@ func (m *mover) carryOver(ctx context.Context, oldest int64) error {
 	}
 	for _, d := range weeks {
 		if !slices.ContainsFunc(m.staged, d.Equal) {
+			if len(m.staged) >= maxWeeksPerRun {
+				m.capped = true
+				continue // left in the default partition (swap)
+			}
 			if err := m.stage(ctx, d, false); err != nil {
 				return err
 			}
@@ -455,7 +540,7 @@ func (m *mover) swap(ctx context.Context) error {
 	if err := m.tx.GetContext(ctx, &inDefault, `SELECT count(*) FROM `+pq.QuoteIdentifier(m.def)); err != nil {
 		return fmt.Errorf("count the rows of %s: %w", m.def, err)
 	}
-	if m.rows != inDefault {
+	if m.rows != inDefault && !m.capped { // else checked after the leftovers' return
 		return fmt.Errorf("move the rows of %s: %d rows copied, %d in it (rows deleted during the move?)", m.def, m.rows, inDefault)
 	}
 	withRows := inDefault > 0
@@ -499,6 +584,27 @@ func (m *mover) swap(ctx context.Context) error {
 		if _, err := m.tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("attach the weeks of %s: %w", m.table, err)
 		}
+	}
+	if !m.capped || !withRows {
+		return nil
+	}
+	// The rows of the weeks beyond maxWeeksPerRun go back into the new
+	// default partition, for the next runs.
+	var staged []string
+	for _, d := range m.staged {
+		staged = append(staged, "("+m.rangeCond(d)+")")
+	}
+	overriding := ""
+	if m.table == "events" {
+		overriding = " OVERRIDING SYSTEM VALUE" // keep seq
+	}
+	back := fmt.Sprintf(`INSERT INTO %s%s SELECT * FROM %s WHERE NOT (%s)`, parent, overriding,
+		pq.QuoteIdentifier(moved(m.table)), strings.Join(staged, " OR "))
+	if err := m.exec(ctx, "return the rows of the weeks left to "+m.def, back, 1); err != nil {
+		return err
+	}
+	if m.rows != inDefault {
+		return fmt.Errorf("move the rows of %s: %d rows copied or returned, %d in it (rows deleted during the move?)", m.def, m.rows, inDefault)
 	}
 	return nil
 }

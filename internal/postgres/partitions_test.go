@@ -913,3 +913,58 @@ func TestPartitionMoveCarriesSubtransactionWrites(t *testing.T) {
 		t.Errorf("delivery after the move: in %s with %d attempts, want webhook_deliveries_%s with the writer's 7", got.In, got.Attempts, week(created))
 	}
 }
+
+// TestPartitionMoveCapsWeeksPerRun: a default partition with rows of more
+// weeks than one run creates (a sandbox clock moved years ahead) gives the
+// first ones their weeks, keeps the rest in the new default partition with
+// their seq, and the next run moves those.
+func TestPartitionMoveCapsWeeksPerRun(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 0)
+	store := postgres.New(db)
+	now := time.Now().UTC()
+	sc, _ := seedScope(t, db)
+	const weeks = 110
+	start := postgres.WeekStart(now.AddDate(1, 0, 0))
+	if _, err := db.Exec(`INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
+		SELECT 'evt_w' || g, $1, false, 'charge.refunded', '{}', $2::timestamptz + g * interval '7 days'
+		FROM generate_series(0, $3::int - 1) g`, sc.MerchantID, start, weeks); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	if err := db.Select(&seqs, `SELECT seq FROM events ORDER BY seq`); err != nil {
+		t.Fatal(err)
+	}
+	forever := 100 * 365 * 24 * time.Hour
+	inDefault := func() int {
+		var n int
+		if err := db.Get(&n, `SELECT count(*) FROM events_default`); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := store.MaintainPartitions(context.Background(), now, forever, forever); err != nil {
+		t.Fatal(err)
+	}
+	// This week and the next, then 98 of the rows' weeks.
+	if n := inDefault(); n != weeks-98 {
+		t.Errorf("after one run: %d rows in events_default, want the %d beyond the run's weeks", n, weeks-98)
+	}
+	var after []int64
+	if err := db.Select(&after, `SELECT seq FROM events ORDER BY seq`); err != nil || !slices.Equal(after, seqs) {
+		t.Errorf("events' seq after one run: %v (%v), want %v", after, err, seqs)
+	}
+	if _, err := store.MaintainPartitions(context.Background(), now, forever, forever); err != nil {
+		t.Fatal(err)
+	}
+	if n := inDefault(); n != 0 {
+		t.Errorf("after two runs: %d rows in events_default, want none", n)
+	}
+	if err := db.Select(&after, `SELECT seq FROM events ORDER BY seq`); err != nil || !slices.Equal(after, seqs) {
+		t.Errorf("events' seq after two runs: %v (%v), want %v", after, err, seqs)
+	}
+	var last string
+	if err := db.Get(&last, `SELECT tableoid::regclass::text FROM events WHERE id = $1`, fmt.Sprintf("evt_w%d", weeks-1)); err != nil || last != "events_"+week(start.AddDate(0, 0, 7*(weeks-1))) {
+		t.Errorf("the last week's event: in %q (%v), want its week", last, err)
+	}
+}
