@@ -219,11 +219,9 @@ func (s *Store) maintenanceTx(ctx context.Context, wait bool, fn func(tx *txn) e
 //     change, written by transactions that ended before the copy, are
 //     copied again). A week of which only such rows exist gets its table
 //     now, within the bound.
-//  4. Check that the weeks' tables hold as many rows as the default
-//     partition (no code deletes from these tables; a run that finds one
-//     deleted fails and leaves everything as it was), and add the parent's
-//     foreign keys to them (validated now, not in step 1: the ADD locks the
-//     referenced tables against their writers until commit).
+//  4. Count the default partition's rows, and add the parent's foreign
+//     keys to the weeks' tables (validated now, not in step 1: the ADD
+//     locks the referenced tables against their writers until commit).
 //  5. Swap: DETACH the default partition (renamed, and dropped in a
 //     transaction of its own after this one), ATTACH the weeks' tables (no
 //     scan: their range CHECK proves it; their indexes and foreign keys are
@@ -231,7 +229,9 @@ func (s *Store) maintenanceTx(ctx context.Context, wait bool, fn func(tx *txn) e
 //     it the rows of weeks beyond the bound, if any. The DETACH takes ACCESS
 //     EXCLUSIVE: reads wait too, for these catalog changes. When the
 //     default partition was empty it stays, and each ATTACH finds nothing
-//     in it.
+//     in it. Last, the rows copied and put back must number as many as the
+//     default partition held (no code deletes from these tables; a run
+//     that finds one deleted fails and leaves everything as it was).
 //
 // Writers wait only for steps 3 to 5: a scan of the default partition, the
 // foreign keys' checks and catalog changes. A row moved is never absent from
@@ -244,10 +244,6 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 		parts, err := partitions(ctx, tx, table)
 		if err != nil {
 			return err
-		}
-		from, err := carryFrom(ctx, tx) // step 3's
-		if err != nil {
-			return fmt.Errorf("snapshot %s: %w", table, err)
 		}
 		m := mover{tx: tx, table: table, col: partitionColumn[table], def: table + "_default"}
 		stray, err := m.weeks(ctx, pq.QuoteIdentifier(m.def))
@@ -276,6 +272,14 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 			weeks, m.capped = weeks[:maxWeeksPerRun], true
 		}
 		slices.SortFunc(weeks, time.Time.Compare)
+		// Before the copy, not before the look for weeks: a row the look
+		// missed is written after this point, and carried over to a week
+		// of its own (carryOver). An hourly run with nothing to create does
+		// not wait for the transactions in progress.
+		from, err := carryFrom(ctx, tx) // step 3's
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", table, err)
+		}
 		for _, d := range weeks { // step 1
 			if err := m.stage(ctx, d, slices.ContainsFunc(stray, d.Equal)); err != nil {
 				return err
@@ -532,16 +536,13 @@ func (m *mover) carryOver(ctx context.Context, from int64) error {
 	return nil
 }
 
-// swap checks the weeks' tables against the default partition, gives them
-// the parent's foreign keys and attaches them, replacing the default
-// partition when it had rows (createPartitions, steps 4 and 5).
+// swap gives the weeks' tables the parent's foreign keys and attaches them,
+// replacing the default partition when it had rows, and checks the rows
+// against the default partition's (createPartitions, steps 4 and 5).
 func (m *mover) swap(ctx context.Context) error {
 	var inDefault int64
 	if err := m.tx.GetContext(ctx, &inDefault, `SELECT count(*) FROM `+pq.QuoteIdentifier(m.def)); err != nil {
 		return fmt.Errorf("count the rows of %s: %w", m.def, err)
-	}
-	if m.rows != inDefault && !m.capped { // else checked after the leftovers' return
-		return fmt.Errorf("move the rows of %s: %d rows copied, %d in it (rows deleted during the move?)", m.def, m.rows, inDefault)
 	}
 	withRows := inDefault > 0
 	var fks []struct {
@@ -585,24 +586,25 @@ func (m *mover) swap(ctx context.Context) error {
 			return fmt.Errorf("attach the weeks of %s: %w", m.table, err)
 		}
 	}
-	if !m.capped || !withRows {
-		return nil
+	if m.capped && withRows {
+		// The rows of the weeks beyond maxWeeksPerRun go back into the new
+		// default partition, for the next runs.
+		var staged []string
+		for _, d := range m.staged {
+			staged = append(staged, "("+m.rangeCond(d)+")")
+		}
+		overriding := ""
+		if m.table == "events" {
+			overriding = " OVERRIDING SYSTEM VALUE" // keep seq
+		}
+		back := fmt.Sprintf(`INSERT INTO %s%s SELECT * FROM %s WHERE NOT (%s)`, parent, overriding,
+			pq.QuoteIdentifier(moved(m.table)), strings.Join(staged, " OR "))
+		if err := m.exec(ctx, "return the rows of the weeks left to "+m.def, back, 1); err != nil {
+			return err
+		}
 	}
-	// The rows of the weeks beyond maxWeeksPerRun go back into the new
-	// default partition, for the next runs.
-	var staged []string
-	for _, d := range m.staged {
-		staged = append(staged, "("+m.rangeCond(d)+")")
-	}
-	overriding := ""
-	if m.table == "events" {
-		overriding = " OVERRIDING SYSTEM VALUE" // keep seq
-	}
-	back := fmt.Sprintf(`INSERT INTO %s%s SELECT * FROM %s WHERE NOT (%s)`, parent, overriding,
-		pq.QuoteIdentifier(moved(m.table)), strings.Join(staged, " OR "))
-	if err := m.exec(ctx, "return the rows of the weeks left to "+m.def, back, 1); err != nil {
-		return err
-	}
+	// Every row of the default partition is in a week's table or back in
+	// the new default partition; else the transaction rolls back.
 	if m.rows != inDefault {
 		return fmt.Errorf("move the rows of %s: %d rows copied or returned, %d in it (rows deleted during the move?)", m.def, m.rows, inDefault)
 	}

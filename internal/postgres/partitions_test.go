@@ -763,6 +763,30 @@ func TestPartitionCreationWaitsForAnotherRun(t *testing.T) {
 	}
 }
 
+// statementSeen tells whether a session of db's database is in a statement
+// that cond (a condition on pg_stat_activity) picks.
+func statementSeen(t *testing.T, db *sqlx.DB, cond string) bool {
+	t.Helper()
+	var n int
+	if err := db.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND `+cond); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// waitForStatement waits until statementSeen(cond), failing the test if
+// the maintenance run (done) returns first.
+func waitForStatement(t *testing.T, db *sqlx.DB, done <-chan error, what, cond string) {
+	t.Helper()
+	for !statementSeen(t, db, cond) {
+		select {
+		case err := <-done:
+			t.Fatalf("maintenance returned (%v) before %s was seen", err, what)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
 // TestPartitionMoveDoesNotHoldWriters: while maintenance copies a week's
 // rows out of the default partition, a write to the table (here a new event
 // of this week, itself in the default partition: no week partition exists
@@ -786,21 +810,8 @@ func TestPartitionMoveDoesNotHoldWriters(t *testing.T) {
 		_, err := store.MaintainPartitions(context.Background(), now, 100*365*24*time.Hour, payments.IdempotencyTTL)
 		done <- err
 	}()
-	copying := func() bool {
-		var n int
-		if err := db.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'
-			AND query LIKE 'INSERT INTO "events_%" SELECT * FROM "events_default"%'`); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	}
-	for !copying() {
-		select {
-		case err := <-done:
-			t.Fatalf("maintenance returned (%v) before its copy was seen", err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	const copying = `state = 'active' AND query LIKE 'INSERT INTO "events_%" SELECT * FROM "events_default"%'`
+	waitForStatement(t, db, done, "its copy", copying)
 	// Under the old move (the rows moved under the table's lock), this
 	// write waited for the whole move: lock_timeout refuses that.
 	evt := payments.NewTimedID("evt_", now)
@@ -819,7 +830,7 @@ func TestPartitionMoveDoesNotHoldWriters(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if !copying() {
+	if !statementSeen(t, db, copying) {
 		t.Log("the copy ended before the write committed; the write still did not wait for a lock")
 	}
 	select {
@@ -881,21 +892,8 @@ func TestPartitionMoveCarriesSubtransactionWrites(t *testing.T) {
 		done <- err
 	}()
 	// The move of webhook_deliveries has copied and waits for the writer.
-	for {
-		var n int
-		if err := db.Get(&n, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-			AND query LIKE 'LOCK TABLE "webhook_deliveries" IN EXCLUSIVE MODE%'`); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("maintenance returned (%v) before waiting for the writer", err)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
+	waitForStatement(t, db, done, "waiting for the writer",
+		`wait_event_type = 'Lock' AND query LIKE 'LOCK TABLE "webhook_deliveries" IN EXCLUSIVE MODE%'`)
 	if err := w.Commit(); err != nil {
 		t.Fatal(err)
 	}
