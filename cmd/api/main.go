@@ -384,9 +384,9 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 		return enc.Encode(map[string]any{"merchant_id": sc.MerchantID, "mode": *mode, "stripe_account": *account})
 	case "partitions maintain":
 		// What the scheduler's hourly task does (worker.maintainPartitions),
-		// run now: after the scheduler was stopped, at an hour of the
-		// operator's choosing, since moving rows out of a default partition
-		// holds writes to its table until it commits.
+		// run now: after the scheduler was stopped, to give the rows of
+		// the default partitions their weeks without waiting for its next
+		// start (writes wait only for the last part of a move).
 		ch, err := env.Store.MaintainPartitions(ctx, svc.Clock().Base(), env.Config.EventRetention, payments.IdempotencyTTL)
 		if err != nil {
 			return err
