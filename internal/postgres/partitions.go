@@ -219,24 +219,29 @@ func (s *Store) maintenanceTx(ctx context.Context, wait bool, fn func(tx *txn) e
 //     change, written by transactions that ended before the copy, are
 //     copied again). A week of which only such rows exist gets its table
 //     now, within the bound.
-//  4. Count the default partition's rows, and add the parent's foreign
-//     keys to the weeks' tables (validated now, not in step 1: the ADD
-//     locks the referenced tables against their writers until commit).
-//  5. Swap: DETACH the default partition (renamed, and dropped in a
-//     transaction of its own after this one), ATTACH the weeks' tables (no
-//     scan: their range CHECK proves it; their indexes and foreign keys are
-//     taken as the parent's), CREATE an empty default, and put back into
-//     it the rows of weeks beyond the bound, if any. The DETACH takes ACCESS
-//     EXCLUSIVE: reads wait too, for these catalog changes. When the
-//     default partition was empty it stays, and each ATTACH finds nothing
-//     in it. Last, the rows copied and put back must number as many as the
-//     default partition held (no code deletes from these tables; a run
-//     that finds one deleted fails and leaves everything as it was).
+//  4. Count the default partition's rows.
+//  5. Swap: DETACH the default partition (renamed, and dropped after this
+//     transaction by dropDetached), ATTACH the weeks' tables (no scan for
+//     the range: their range CHECK proves it; their indexes are taken as
+//     the parent's, and the parent's foreign keys are added and checked),
+//     CREATE an empty default, and put back into it the rows of weeks
+//     beyond the bound, if any. The DETACH takes ACCESS EXCLUSIVE: reads
+//     wait too, for these catalog changes. When the default partition was
+//     empty it stays, and each ATTACH finds nothing in it. Last, the rows
+//     copied and put back must number as many as the default partition
+//     held (no code deletes from these tables; a run that finds one
+//     deleted fails and leaves everything as it was).
 //
 // Writers wait only for steps 3 to 5: a scan of the default partition, the
 // foreign keys' checks and catalog changes. A row moved is never absent from
 // the table: the copies are invisible to other transactions until commit,
-// and the default partition's rows stay until then.
+// and the default partition's rows stay until then. The foreign keys are
+// the ATTACH's to add, not the weeks' tables' own: attaching a table with
+// keys of its own drops their triggers on the referenced tables, which
+// takes ACCESS EXCLUSIVE on merchants and webhook_endpoints until commit,
+// and so held every write of every table that references a merchant;
+// the ATTACH's own take SHARE ROW EXCLUSIVE, which holds only writes to
+// those two tables.
 func (s *Store) createPartitions(ctx context.Context, table string, first, last time.Time) ([]string, error) {
 	var created []string
 	err := s.maintenanceTx(ctx, true, func(tx *txn) error {
@@ -301,13 +306,8 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 		return created, err
 	}
 	// The default partition a swap replaced, or one left by a run that
-	// failed before this step: its drop costs no writer a wait here.
-	return created, s.maintenanceTx(ctx, true, func(tx *txn) error {
-		if _, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS `+pq.QuoteIdentifier(moved(table))); err != nil {
-			return fmt.Errorf("drop %s: %w", moved(table), err)
-		}
-		return nil
-	})
+	// failed before this step.
+	return created, s.dropDetached(ctx, true, []string{table})
 }
 
 // maxWeeksPerRun bounds the weeks one run creates for a table: each
@@ -415,11 +415,89 @@ type mover struct {
 	capped bool        // the default partition may hold rows of weeks not staged
 }
 
-// moved is the name the default partition a swap replaced keeps until it
-// is dropped, after the swap's commit: dropping a table of a million rows
-// costs its commit a tenth of a second or more, which the table's writers
-// would wait for.
-func moved(table string) string { return table + "_moved" }
+// detachedName is the name a partition detached from its table keeps
+// until dropDetached drops it, after the detach's commit: the default
+// partition a move replaced, a week past its retention. Unique, so that a
+// run never finds the name taken by an earlier run's table left undropped.
+func detachedName(partition string) string {
+	return fmt.Sprintf("%s_detached_%d", partition, time.Now().UnixMicro())
+}
+
+// dropDetached drops the tables detached from tables' partitions
+// (detachedName) and not dropped yet, each in two transactions:
+//
+//  1. TRUNCATE: its commit removes the data's files, a tenth of a second
+//     or more per million rows, holding a lock on that table alone. (A
+//     DROP in the transaction of the DETACH made the table's writers and
+//     readers wait for it.)
+//  2. DROP TABLE: the DETACH gave the table foreign keys of its own,
+//     whose triggers live on the referenced tables (merchants,
+//     webhook_endpoints), and removing them takes ACCESS EXCLUSIVE on those
+//     until commit: every write that checks a merchant waits meanwhile, so
+//     this commit must have no files left to remove, and its wait for the
+//     lock is short (dropEmptied): when in-flight transactions hold the
+//     referenced tables longer, the table is left, empty, for the next
+//     run.
+func (s *Store) dropDetached(ctx context.Context, wait bool, tables []string) error {
+	var names []string
+	err := s.maintenanceTx(ctx, wait, func(tx *txn) error {
+		const q = `SELECT c.relname FROM pg_class c, unnest($1::text[]) t
+		WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+			AND starts_with(c.relname, t || '_') AND c.relname ~ '_detached_[0-9]+$'
+		ORDER BY c.relname`
+		return tx.SelectContext(ctx, &names, q, pq.Array(tables))
+	})
+	if err != nil {
+		return fmt.Errorf("list the detached partitions: %w", err)
+	}
+	for _, name := range names {
+		q := pq.QuoteIdentifier(name)
+		if err := s.maintenanceTx(ctx, wait, func(tx *txn) error {
+			var exists bool // or dropped by another run meanwhile
+			if err := tx.GetContext(ctx, &exists, `SELECT to_regclass($1) IS NOT NULL`, q); err != nil || !exists {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `TRUNCATE `+q)
+			return err
+		}); err != nil {
+			return fmt.Errorf("truncate %s: %w", name, err)
+		}
+		if err := s.dropEmptied(ctx, wait, q); err != nil {
+			return fmt.Errorf("drop %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// dropEmptied drops the emptied detached table q (quoted), with a short
+// wait for merchants and webhook_endpoints: the writes that arrive while
+// it waits queue behind it. It tries a few times; when each time in-flight
+// transactions held those tables past the wait, it leaves the table to the
+// next run.
+func (s *Store) dropEmptied(ctx context.Context, wait bool, q string) error {
+	const tries, lockWait, pause = 5, "20ms", 50 * time.Millisecond
+	for i := range tries {
+		err := s.maintenanceTx(ctx, wait, func(tx *txn) error {
+			if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = '`+lockWait+`'`); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS `+q)
+			return err
+		})
+		var pe *pq.Error
+		if !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available
+			return err
+		}
+		if i < tries-1 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(pause):
+			}
+		}
+	}
+	return nil
+}
 
 func (m *mover) name(d time.Time) string { return m.table + "_" + d.Format("20060102") }
 
@@ -545,31 +623,12 @@ func (m *mover) swap(ctx context.Context) error {
 		return fmt.Errorf("count the rows of %s: %w", m.def, err)
 	}
 	withRows := inDefault > 0
-	var fks []struct {
-		Name string `db:"conname"`
-		Def  string `db:"def"`
-	}
-	const q = `SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint
-	WHERE conrelid = $1::regclass AND contype = 'f' ORDER BY conname`
-	if err := m.tx.SelectContext(ctx, &fks, q, m.table); err != nil {
-		return fmt.Errorf("foreign keys of %s: %w", m.table, err)
-	}
-	for _, d := range m.staged {
-		for _, fk := range fks {
-			add := fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`, pq.QuoteIdentifier(m.name(d)), pq.QuoteIdentifier(fk.Name), fk.Def)
-			if _, err := m.tx.ExecContext(ctx, add); err != nil {
-				return fmt.Errorf("add %s to %s: %w", fk.Name, m.name(d), err)
-			}
-		}
-	}
 	parent, def := pq.QuoteIdentifier(m.table), pq.QuoteIdentifier(m.def)
+	old := detachedName(m.def) // the default partition's, once detached
 	var steps []string
 	if withRows {
-		// A moved table left by a run that failed before its drop goes
-		// first: in this commit, as rare as such a failure.
-		old := pq.QuoteIdentifier(moved(m.table))
-		steps = append(steps, `DROP TABLE IF EXISTS `+old, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, parent, def),
-			fmt.Sprintf(`ALTER TABLE %s RENAME TO %s`, def, old))
+		steps = append(steps, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, parent, def),
+			fmt.Sprintf(`ALTER TABLE %s RENAME TO %s`, def, pq.QuoteIdentifier(old)))
 	}
 	for _, d := range m.staged {
 		name := pq.QuoteIdentifier(m.name(d))
@@ -598,7 +657,7 @@ func (m *mover) swap(ctx context.Context) error {
 			overriding = " OVERRIDING SYSTEM VALUE" // keep seq
 		}
 		back := fmt.Sprintf(`INSERT INTO %s%s SELECT * FROM %s WHERE NOT (%s)`, parent, overriding,
-			pq.QuoteIdentifier(moved(m.table)), strings.Join(staged, " OR "))
+			pq.QuoteIdentifier(old), strings.Join(staged, " OR "))
 		if err := m.exec(ctx, "return the rows of the weeks left to "+m.def, back, 1); err != nil {
 			return err
 		}
@@ -616,6 +675,10 @@ func (m *mover) swap(ctx context.Context) error {
 // that end at or before cutoff. For the event tables, a suffix whose
 // webhook_deliveries partition still holds a pending delivery is kept
 // (checked after its DETACH, which waits for a resend writing into it).
+// The transaction detaches and renames them; dropDetached drops them
+// after its commit, so that the DETACH's lock on each table (ACCESS
+// EXCLUSIVE: its readers and writers wait) is held for catalog changes
+// only.
 func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Time) ([]string, error) {
 	var dropped []string
 	// The suffixes to drop, from the first table's partitions and the others'.
@@ -669,8 +732,9 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 						return errKeepPartition
 					}
 				}
-				if _, err := tx.ExecContext(ctx, `DROP TABLE `+pq.QuoteIdentifier(name)); err != nil {
-					return fmt.Errorf("drop %s: %w", name, err)
+				rename := fmt.Sprintf(`ALTER TABLE %s RENAME TO %s`, pq.QuoteIdentifier(name), pq.QuoteIdentifier(detachedName(name)))
+				if _, err := tx.ExecContext(ctx, rename); err != nil {
+					return fmt.Errorf("rename %s: %w", name, err)
 				}
 				names = append(names, name)
 			}
@@ -684,7 +748,7 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 		}
 		dropped = append(dropped, names...)
 	}
-	return dropped, nil
+	return dropped, s.dropDetached(ctx, false, tables)
 }
 
 // errKeepPartition rolls back a week's drop that found a pending delivery.

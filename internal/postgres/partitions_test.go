@@ -852,8 +852,8 @@ func TestPartitionMoveDoesNotHoldWriters(t *testing.T) {
 	if err := db.Get(&n, `SELECT count(*) FROM events_default`); err != nil || n != 0 {
 		t.Errorf("events_default: %d rows (%v), want none left", n, err)
 	}
-	if rels := relations(t, db); slices.Contains(rels, "events_moved") {
-		t.Errorf("the replaced default partition is still there: %v", rels)
+	if left := detached(t, db); len(left) != 0 {
+		t.Errorf("the replaced default partition is still there: %v", left)
 	}
 	if _, err := store.Event(context.Background(), sc, evt); err != nil {
 		t.Errorf("Event(%s) after the move: %v", evt, err)
@@ -964,5 +964,95 @@ func TestPartitionMoveCapsWeeksPerRun(t *testing.T) {
 	var last string
 	if err := db.Get(&last, `SELECT tableoid::regclass::text FROM events WHERE id = $1`, fmt.Sprintf("evt_w%d", weeks-1)); err != nil || last != "events_"+week(start.AddDate(0, 0, 7*(weeks-1))) {
 		t.Errorf("the last week's event: in %q (%v), want its week", last, err)
+	}
+}
+
+// detached lists the tables detached from a partitioned table and not
+// dropped yet.
+func detached(t *testing.T, db *sqlx.DB) []string {
+	t.Helper()
+	var names []string
+	for _, r := range relations(t, db) {
+		if strings.Contains(r, "_detached_") {
+			names = append(names, r)
+		}
+	}
+	return names
+}
+
+// TestPartitionMaintenanceLeavesMerchantsOpen: while a transaction holds
+// a merchant's row and an endpoint's as a foreign key's check does (FOR
+// KEY SHARE, as every write of an event, a delivery or a product does
+// until its commit), a move of the default partition's rows and a
+// retention drop both finish: neither needs ACCESS EXCLUSIVE on merchants
+// or webhook_endpoints. (Attaching week tables that had foreign keys of
+// their own, and dropping a detached partition in the DETACH's
+// transaction, both took it: lock_timeout ended the run.) What only a
+// DROP of a detached table can do, with the table already emptied, waits
+// for the next run after that transaction.
+func TestPartitionMaintenanceLeavesMerchantsOpen(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 0)
+	store := postgres.New(db)
+	bg := context.Background()
+	now := time.Now().UTC()
+	sc, we := seedScope(t, db)
+	ahead := postgres.WeekStart(now.AddDate(1, 0, 0))
+	expired := now.Add(-payments.EventRetention - 8*24*time.Hour)
+	oldEvt, _ := insertOldEvent(t, db, sc, we, expired, "succeeded")
+	if _, err := db.Exec(`INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
+		SELECT 'evt_fill_' || g, $1, false, 'charge.refunded', '{}', $2::timestamptz + g * interval '1 second'
+		FROM generate_series(1, 1000) g`, sc.MerchantID, ahead); err != nil {
+		t.Fatal(err)
+	}
+
+	holder, err := db.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback() //nolint:errcheck // committed below
+	if _, err := holder.Exec(`SELECT 1 FROM merchants WHERE id = $1 FOR KEY SHARE`, sc.MerchantID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(`SELECT 1 FROM webhook_endpoints WHERE id = $1 FOR KEY SHARE`, we); err != nil {
+		t.Fatal(err)
+	}
+
+	forever := 100 * 365 * 24 * time.Hour
+	if _, err := store.MaintainPartitions(bg, now, forever, forever); err != nil {
+		t.Fatalf("move with a merchant's row held: %v", err)
+	}
+	var n int
+	if err := db.Get(&n, `SELECT count(*) FROM events_`+week(ahead)); err != nil || n != 1000 {
+		t.Errorf("events_%s: %d rows (%v), want 1000", week(ahead), n, err)
+	}
+	ch, err := store.MaintainPartitions(bg, now, payments.EventRetention, payments.IdempotencyTTL)
+	if err != nil {
+		t.Fatalf("retention with a merchant's row held: %v", err)
+	}
+	if !slices.Contains(ch.Dropped, "events_"+week(expired)) {
+		t.Errorf("dropped %v, want events_%s", ch.Dropped, week(expired))
+	}
+	if _, err := store.Event(bg, sc, oldEvt); err == nil {
+		t.Errorf("Event(%s) of an expired week: found", oldEvt)
+	}
+	left := detached(t, db)
+	if len(left) == 0 {
+		t.Error("no detached table left while the row was held: the DROP took ACCESS EXCLUSIVE on merchants anyway?")
+	}
+	for _, name := range left {
+		if err := db.Get(&n, `SELECT count(*) FROM `+name); err != nil || n != 0 {
+			t.Errorf("%s: %d rows (%v), want it emptied before its drop", name, n, err)
+		}
+	}
+
+	if err := holder.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.MaintainPartitions(bg, now, payments.EventRetention, payments.IdempotencyTTL); err != nil {
+		t.Fatal(err)
+	}
+	if left := detached(t, db); len(left) != 0 {
+		t.Errorf("after the holder committed, a run left %v", left)
 	}
 }
