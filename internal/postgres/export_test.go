@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/jmoiron/sqlx"
 
@@ -27,4 +28,9 @@ func (s *Store) InTxPrepared(ctx context.Context, query string, args ...any) (pr
 		return tx.Tx.GetContext(ctx, &prepared, `SELECT EXISTS (SELECT 1 FROM pg_prepared_statements WHERE statement = $1)`, query)
 	})
 	return prepared, err
+}
+
+// IndexPartition exposes indexPartition (migrations 0018 and 0019).
+func IndexPartition(ctx context.Context, db *sql.DB, table, name, def, part string) error {
+	return indexPartition(ctx, db, table, name, def, part)
 }

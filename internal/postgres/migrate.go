@@ -82,8 +82,10 @@ func goMigrations() []*goose.Migration {
 // (invalid: no query uses it, and every partition created from now on gets
 // its own index with it), each partition's index is built CONCURRENTLY and
 // attached, and the parent's becomes valid with the last one. A partition
-// dropped meanwhile by partition maintenance is skipped; one left with an
-// invalid index by a build that failed half-way is built again.
+// dropped meanwhile by partition maintenance is skipped, one it replaced
+// (a move's new default partition) keeps the index its creation gave it
+// (indexPartition), and one left with an invalid index by a build that
+// failed half-way is built again.
 func partitionedIndex(ctx context.Context, db *sql.DB, table, name, def string) error {
 	if _, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON ONLY %s %s`,
 		pq.QuoteIdentifier(name), pq.QuoteIdentifier(table), def)); err != nil {
@@ -102,29 +104,8 @@ func partitionedIndex(ctx context.Context, db *sql.DB, table, name, def string) 
 		return fmt.Errorf("list partitions of %s: %w", table, err)
 	}
 	for _, part := range parts {
-		idxName := part + "_" + strings.TrimPrefix(name, table+"_")
-		idx := pq.QuoteIdentifier(idxName)
-		var valid sql.NullBool
-		err := x.GetContext(ctx, &valid, `SELECT x.indisvalid FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
-			WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`, idxName)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("index of %s: %w", part, err)
-		}
-		steps := []string{
-			fmt.Sprintf(`CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s %s`, idx, pq.QuoteIdentifier(part), def),
-			fmt.Sprintf(`ALTER INDEX %s ATTACH PARTITION %s`, pq.QuoteIdentifier(name), idx),
-		}
-		if valid.Valid && !valid.Bool {
-			steps = append([]string{`DROP INDEX CONCURRENTLY IF EXISTS ` + idx}, steps...)
-		}
-		for _, q := range steps {
-			if _, err := db.ExecContext(ctx, q); err != nil {
-				var pe *pq.Error
-				if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42704") {
-					break // undefined_table or _object: the partition was dropped meanwhile
-				}
-				return fmt.Errorf("index %s of %s: %w", name, part, err)
-			}
+		if err := indexPartition(ctx, db, table, name, def, part); err != nil {
+			return err
 		}
 	}
 	var valid bool
@@ -133,6 +114,80 @@ func partitionedIndex(ctx context.Context, db *sql.DB, table, name, def string) 
 	}
 	if !valid {
 		return fmt.Errorf("index %s: still invalid after indexing every partition of %s", name, table)
+	}
+	return nil
+}
+
+// indexPartition builds and attaches the index of partitioned index name
+// (def its columns) on table's partition part, unless part has one
+// attached already. Partition maintenance may replace part meanwhile: a
+// move's swap gives the table a new default partition under the same
+// name, created with every index of the parent, this one included. So the
+// partition is looked at again just before the build, and an ATTACH that
+// finds another index attached since drops the one built here. An index
+// attached by the partition's creation is attached again, which does
+// nothing but make the parent valid when it was the last one: only an
+// ATTACH does that.
+func indexPartition(ctx context.Context, db *sql.DB, table, name, def, part string) error {
+	x := sqlx.NewDb(db, "postgres")
+	// The index of part attached to name, if any: attached ones are
+	// inheritance children of the parent's index.
+	attached := func() (string, error) {
+		var idx string
+		err := x.GetContext(ctx, &idx, `SELECT i.inhrelid::regclass::text FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
+			WHERE i.inhparent = $1::regclass AND x.indrelid = to_regclass($2)`, name, pq.QuoteIdentifier(part))
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", nil
+		}
+		return idx, err
+	}
+	reattach := func(idx string) error {
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(`ALTER INDEX %s ATTACH PARTITION %s`, pq.QuoteIdentifier(name), idx)); err != nil {
+			return fmt.Errorf("index %s of %s: %w", name, part, err)
+		}
+		return nil
+	}
+	if idx, err := attached(); err != nil || idx != "" {
+		if err != nil {
+			return err
+		}
+		return reattach(idx)
+	}
+	idxName := part + "_" + strings.TrimPrefix(name, table+"_")
+	idx := pq.QuoteIdentifier(idxName)
+	var valid sql.NullBool
+	err := x.GetContext(ctx, &valid, `SELECT x.indisvalid FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+		WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`, idxName)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("index of %s: %w", part, err)
+	}
+	steps := []string{
+		fmt.Sprintf(`CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s %s`, idx, pq.QuoteIdentifier(part), def),
+		fmt.Sprintf(`ALTER INDEX %s ATTACH PARTITION %s`, pq.QuoteIdentifier(name), idx),
+	}
+	if valid.Valid && !valid.Bool {
+		steps = append([]string{`DROP INDEX CONCURRENTLY IF EXISTS ` + idx}, steps...)
+	}
+	for _, q := range steps {
+		_, err := db.ExecContext(ctx, q)
+		var pe *pq.Error
+		switch {
+		case err == nil:
+			continue
+		case errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42704"):
+			return nil // undefined_table or _object: the partition was dropped meanwhile
+		case errors.As(err, &pe) && pe.Code == "55000": // another index attached for part since the look
+			other, aerr := attached()
+			if aerr != nil || other == "" {
+				return fmt.Errorf("index %s of %s: %w", name, part, err)
+			}
+			if _, err := db.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+idx); err != nil {
+				return fmt.Errorf("drop the duplicate index %s: %w", idxName, err)
+			}
+			return reattach(other)
+		default:
+			return fmt.Errorf("index %s of %s: %w", name, part, err)
+		}
 	}
 	return nil
 }

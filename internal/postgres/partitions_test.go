@@ -1056,3 +1056,42 @@ func TestPartitionMaintenanceLeavesMerchantsOpen(t *testing.T) {
 		t.Errorf("after the holder committed, a run left %v", left)
 	}
 }
+
+// TestPartitionedIndexAfterASwap: an index migration (0018, 0019) that
+// listed the default partition before a move replaced it finds the new
+// default partition indexed already (a partition is created with every
+// index of the parent) and leaves it, instead of building a second index
+// whose ATTACH fails the migration.
+func TestPartitionedIndexAfterASwap(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 17)
+	const def = "(merchant_id, livemode, type, created_at DESC, id DESC)"
+	// 0018's first step, then a move's swap of the default partition.
+	for _, q := range []string{
+		`CREATE INDEX events_type ON ONLY events ` + def,
+		`ALTER TABLE events DETACH PARTITION events_default`,
+		`ALTER TABLE events_default RENAME TO events_default_detached_1`,
+		`CREATE TABLE events_default PARTITION OF events DEFAULT`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// 0018 goes on with the list it read before the swap.
+	if err := postgres.IndexPartition(context.Background(), db.DB, "events", "events_type", def, "events_default"); err != nil {
+		t.Fatalf("index the default partition that replaced the listed one: %v", err)
+	}
+	var defs []string
+	if err := db.Select(&defs, `SELECT pg_get_indexdef(indexrelid) FROM pg_index
+		WHERE indrelid = 'events_default'::regclass AND pg_get_indexdef(indexrelid) LIKE '%(merchant_id, livemode, type, created_at DESC, id DESC)'`); err != nil {
+		t.Fatal(err)
+	}
+	if len(defs) != 1 {
+		t.Errorf("events_default's indexes on the type: %v, want one", defs)
+	}
+	migrateTo(t, db, 0)
+	var valid bool
+	if err := db.Get(&valid, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'events_type'::regclass`); err != nil || !valid {
+		t.Errorf("events_type after the migrations: valid %v (%v), want valid", valid, err)
+	}
+}
