@@ -251,6 +251,13 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 			return err
 		}
 		m := mover{tx: tx, table: table, col: partitionColumn[table], def: table + "_default"}
+		// By name, not SELECT *: that relies on every table listing the
+		// columns in one order.
+		const cols = `SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`
+		if err := tx.GetContext(ctx, &m.cols, cols, table); err != nil {
+			return fmt.Errorf("columns of %s: %w", table, err)
+		}
 		stray, err := m.weeks(ctx, pq.QuoteIdentifier(m.def))
 		if err != nil {
 			return err
@@ -409,6 +416,7 @@ type mover struct {
 	tx     *txn
 	table  string
 	col    string      // the partition column
+	cols   string      // the table's columns, quoted, for the copies' column lists
 	def    string      // the default partition
 	staged []time.Time // the Mondays of the weeks' tables, in order
 	rows   int64       // the rows in the weeks' tables
@@ -545,7 +553,7 @@ func (m *mover) stage(ctx context.Context, d time.Time, fill bool) error {
 	if !fill {
 		return nil
 	}
-	q := fmt.Sprintf(`INSERT INTO %s SELECT * FROM %s WHERE %s`, name, pq.QuoteIdentifier(m.def), m.rangeCond(d))
+	q := fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM %s WHERE %s`, name, m.cols, m.cols, pq.QuoteIdentifier(m.def), m.rangeCond(d))
 	return m.exec(ctx, fmt.Sprintf("copy the rows of %s out of %s", m.name(d), m.def), q, 1)
 }
 
@@ -576,8 +584,8 @@ func (m *mover) carryOver(ctx context.Context, from int64) error {
 	if err := m.tx.GetContext(ctx, &xid, `SELECT pg_current_xact_id()::text::bigint`); err != nil {
 		return fmt.Errorf("transaction id: %w", err)
 	}
-	q := fmt.Sprintf(`CREATE TEMPORARY TABLE partition_changed ON COMMIT DROP AS SELECT * FROM %s
-		WHERE $1::bigint - age(xmin) >= $2::bigint`, pq.QuoteIdentifier(m.def))
+	q := fmt.Sprintf(`CREATE TEMPORARY TABLE partition_changed ON COMMIT DROP AS SELECT %s FROM %s
+		WHERE $1::bigint - age(xmin) >= $2::bigint`, m.cols, pq.QuoteIdentifier(m.def))
 	res, err := m.tx.ExecContext(ctx, q, xid, from)
 	if err != nil {
 		return fmt.Errorf("find the rows of %s written during the copy: %w", m.def, err)
@@ -605,7 +613,7 @@ func (m *mover) carryOver(ctx context.Context, from int64) error {
 		if err := m.exec(ctx, "replace the rows of "+m.name(d)+" written during the copy", del, -1); err != nil {
 			return err
 		}
-		ins := fmt.Sprintf(`INSERT INTO %s SELECT * FROM partition_changed WHERE %s`, name, m.rangeCond(d))
+		ins := fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM partition_changed WHERE %s`, name, m.cols, m.cols, m.rangeCond(d))
 		if err := m.exec(ctx, "copy the rows of "+m.name(d)+" written during the copy", ins, 1); err != nil {
 			return err
 		}
@@ -656,7 +664,7 @@ func (m *mover) swap(ctx context.Context) error {
 		if m.table == "events" {
 			overriding = " OVERRIDING SYSTEM VALUE" // keep seq
 		}
-		back := fmt.Sprintf(`INSERT INTO %s%s SELECT * FROM %s WHERE NOT (%s)`, parent, overriding,
+		back := fmt.Sprintf(`INSERT INTO %s (%s)%s SELECT %s FROM %s WHERE NOT (%s)`, parent, m.cols, overriding, m.cols,
 			pq.QuoteIdentifier(old), strings.Join(staged, " OR "))
 		if err := m.exec(ctx, "return the rows of the weeks left to "+m.def, back, 1); err != nil {
 			return err

@@ -810,7 +810,7 @@ func TestPartitionMoveDoesNotHoldWriters(t *testing.T) {
 		_, err := store.MaintainPartitions(context.Background(), now, 100*365*24*time.Hour, payments.IdempotencyTTL)
 		done <- err
 	}()
-	const copying = `state = 'active' AND query LIKE 'INSERT INTO "events_%" SELECT * FROM "events_default"%'`
+	const copying = `state = 'active' AND query LIKE 'INSERT INTO "events_%" (%) SELECT % FROM "events_default"%'`
 	waitForStatement(t, db, done, "its copy", copying)
 	// Under the old move (the rows moved under the table's lock), this
 	// write waited for the whole move: lock_timeout refuses that.
@@ -1093,5 +1093,53 @@ func TestPartitionedIndexAfterASwap(t *testing.T) {
 	var valid bool
 	if err := db.Get(&valid, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'events_type'::regclass`); err != nil || !valid {
 		t.Errorf("events_type after the migrations: valid %v (%v), want valid", valid, err)
+	}
+}
+
+// TestPartitionMoveByColumnName: a default partition whose columns are in
+// another order than its table's (one attached from a table built apart)
+// has its rows moved column for column.
+func TestPartitionMoveByColumnName(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 0)
+	store := postgres.New(db)
+	var cols string
+	if err := db.Get(&cols, `SELECT string_agg(quote_ident(attname) || ' ' || format_type(atttypid, atttypmod)
+		|| CASE WHEN attnotnull THEN ' NOT NULL' ELSE '' END, ', ' ORDER BY attnum DESC)
+		FROM pg_attribute WHERE attrelid = 'idempotency_keys'::regclass AND attnum > 0 AND NOT attisdropped`); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`ALTER TABLE idempotency_keys DETACH PARTITION idempotency_keys_default`,
+		`DROP TABLE idempotency_keys_default`,
+		`CREATE TABLE idempotency_keys_default (` + cols + `)`,
+		`ALTER TABLE idempotency_keys ATTACH PARTITION idempotency_keys_default DEFAULT`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	sc, _ := seedScope(t, db)
+	created := time.Now().UTC().AddDate(1, 0, 0).Truncate(time.Second)
+	if _, err := db.Exec(`INSERT INTO idempotency_keys (merchant_id, livemode, key, request_hash, status, response, request_id, locked_at, expires_at, created_at)
+		VALUES ($1, true, 'k1', '\x0102', 201, '\x7b7d', 'req_1', $2, $3, $2)`, sc.MerchantID, created, created.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	forever := 100 * 365 * 24 * time.Hour
+	if _, err := store.MaintainPartitions(context.Background(), time.Now().UTC(), forever, forever); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		In      string    `db:"part"`
+		Live    bool      `db:"livemode"`
+		Status  int       `db:"status"`
+		ReqID   string    `db:"request_id"`
+		Expires time.Time `db:"expires_at"`
+	}
+	if err := db.Get(&got, `SELECT tableoid::regclass::text AS part, livemode, status, request_id, expires_at FROM idempotency_keys WHERE key = 'k1'`); err != nil {
+		t.Fatal(err)
+	}
+	if got.In != "idempotency_keys_"+week(created) || !got.Live || got.Status != 201 || got.ReqID != "req_1" || !got.Expires.Equal(created.Add(time.Hour)) {
+		t.Errorf("the moved record: %+v, want it in idempotency_keys_%s as written", got, week(created))
 	}
 }
