@@ -578,8 +578,11 @@ func (m *mover) exec(ctx context.Context, what, q string, sign int64) error {
 func (m *mover) carryOver(ctx context.Context, from int64) error {
 	// The full (epoch-qualified) id of a row's xmin is this transaction's
 	// less the xmin's age: age() counts from this transaction's id, which
-	// step 1's CREATE TABLE assigned. A frozen xmin's age is the largest
-	// integer: older than any.
+	// step 1's CREATE TABLE assigned. A VACUUM FREEZE during the copy
+	// does not hide a row from this: freezing marks the row and keeps its
+	// xmin (checked on PostgreSQL 15: the same xmin and age before and
+	// after). Only FrozenTransactionId, which rows frozen before 9.4 carry,
+	// has the largest age: older than any, rightly.
 	var xid int64
 	if err := m.tx.GetContext(ctx, &xid, `SELECT pg_current_xact_id()::text::bigint`); err != nil {
 		return fmt.Errorf("transaction id: %w", err)
