@@ -486,7 +486,7 @@ func (s *Store) dropEmptied(ctx context.Context, wait bool, q string) error {
 	const tries, lockWait, pause = 5, "20ms", 50 * time.Millisecond
 	for i := range tries {
 		err := s.maintenanceTx(ctx, wait, func(tx *txn) error {
-			if _, err := tx.ExecContext(ctx, `SET LOCAL lock_timeout = '`+lockWait+`'`); err != nil {
+			if _, err := tx.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true)`, lockWait); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, `DROP TABLE IF EXISTS `+q)
