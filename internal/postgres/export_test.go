@@ -5,6 +5,7 @@ import (
 	"database/sql"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 
 	"paysvc/internal/payments"
 )
@@ -33,4 +34,9 @@ func (s *Store) InTxPrepared(ctx context.Context, query string, args ...any) (pr
 // IndexPartition exposes indexPartition (migrations 0018 and 0019).
 func IndexPartition(ctx context.Context, db *sql.DB, table, name, def, part string) error {
 	return indexPartition(ctx, db, table, name, def, part)
+}
+
+// DropEmptied exposes dropEmptied: table is not quoted.
+func (s *Store) DropEmptied(ctx context.Context, table string) error {
+	return s.dropEmptied(ctx, true, pq.QuoteIdentifier(table))
 }

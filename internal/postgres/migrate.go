@@ -91,16 +91,14 @@ func partitionedIndex(ctx context.Context, db *sql.DB, table, name, def string) 
 		pq.QuoteIdentifier(name), pq.QuoteIdentifier(table), def)); err != nil {
 		return fmt.Errorf("create index %s: %w", name, err)
 	}
-	// The partitions whose index is not attached yet: attached ones have
-	// it as an inheritance child of the parent's index.
-	const missing = `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-	WHERE i.inhparent = $1::regclass AND NOT EXISTS (
-		SELECT 1 FROM pg_inherits ii JOIN pg_index x ON x.indexrelid = ii.inhrelid
-		WHERE ii.inhparent = $2::regclass AND x.indrelid = c.oid)
-	ORDER BY c.relname`
+	// Every partition, those indexed already too: attaching again the
+	// index a partition's creation attached is what makes the parent
+	// valid when that partition was the last one (a run cut short, then a
+	// move that replaced the default partition).
 	x := sqlx.NewDb(db, "postgres")
 	var parts []string
-	if err := x.SelectContext(ctx, &parts, missing, table, name); err != nil {
+	if err := x.SelectContext(ctx, &parts, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = $1::regclass ORDER BY c.relname`, table); err != nil {
 		return fmt.Errorf("list partitions of %s: %w", table, err)
 	}
 	for _, part := range parts {
@@ -123,40 +121,49 @@ func partitionedIndex(ctx context.Context, db *sql.DB, table, name, def string) 
 // attached already. Partition maintenance may replace part meanwhile: a
 // move's swap gives the table a new default partition under the same
 // name, created with every index of the parent, this one included. So the
-// partition is looked at again just before the build, and an ATTACH that
-// finds another index attached since drops the one built here. An index
-// attached by the partition's creation is attached again, which does
-// nothing but make the parent valid when it was the last one: only an
-// ATTACH does that.
+// partition is looked at just before the build, and an ATTACH that finds
+// another index attached since drops the one built here. An index
+// attached already is attached again, which does nothing but make the
+// parent valid when it was the last one: only an ATTACH does that.
 func indexPartition(ctx context.Context, db *sql.DB, table, name, def, part string) error {
 	x := sqlx.NewDb(db, "postgres")
-	// The index of part attached to name, if any: attached ones are
-	// inheritance children of the parent's index.
+	idxName := part + "_" + strings.TrimPrefix(name, table+"_")
+	idx := pq.QuoteIdentifier(idxName)
+	// The name of part's index attached to name, if any: attached ones
+	// are inheritance children of the parent's index.
 	attached := func() (string, error) {
-		var idx string
-		err := x.GetContext(ctx, &idx, `SELECT i.inhrelid::regclass::text FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
+		var other string
+		err := x.GetContext(ctx, &other, `SELECT c.relname FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhrelid
+			JOIN pg_class c ON c.oid = i.inhrelid
 			WHERE i.inhparent = $1::regclass AND x.indrelid = to_regclass($2)`, name, pq.QuoteIdentifier(part))
 		if errors.Is(err, sql.ErrNoRows) {
 			return "", nil
 		}
-		return idx, err
+		return other, err
 	}
-	reattach := func(idx string) error {
-		if _, err := db.ExecContext(ctx, fmt.Sprintf(`ALTER INDEX %s ATTACH PARTITION %s`, pq.QuoteIdentifier(name), idx)); err != nil {
+	// keep attaches other, part's attached index, again, and drops the one
+	// built here when it is another (this run's, or an earlier run's that
+	// its ATTACH refused).
+	keep := func(other string) error {
+		if other != idxName {
+			if _, err := db.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+idx); err != nil {
+				return fmt.Errorf("drop the duplicate index %s: %w", idxName, err)
+			}
+		}
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(`ALTER INDEX %s ATTACH PARTITION %s`, pq.QuoteIdentifier(name), pq.QuoteIdentifier(other))); err != nil {
 			return fmt.Errorf("index %s of %s: %w", name, part, err)
 		}
 		return nil
 	}
-	if idx, err := attached(); err != nil || idx != "" {
-		if err != nil {
-			return err
-		}
-		return reattach(idx)
+	other, err := attached()
+	if err != nil {
+		return fmt.Errorf("index %s of %s: %w", name, part, err)
 	}
-	idxName := part + "_" + strings.TrimPrefix(name, table+"_")
-	idx := pq.QuoteIdentifier(idxName)
+	if other != "" {
+		return keep(other)
+	}
 	var valid sql.NullBool
-	err := x.GetContext(ctx, &valid, `SELECT x.indisvalid FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+	err = x.GetContext(ctx, &valid, `SELECT x.indisvalid FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
 		WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`, idxName)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("index of %s: %w", part, err)
@@ -181,10 +188,7 @@ func indexPartition(ctx context.Context, db *sql.DB, table, name, def, part stri
 			if aerr != nil || other == "" {
 				return fmt.Errorf("index %s of %s: %w", name, part, err)
 			}
-			if _, err := db.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+idx); err != nil {
-				return fmt.Errorf("drop the duplicate index %s: %w", idxName, err)
-			}
-			return reattach(other)
+			return keep(other)
 		default:
 			return fmt.Errorf("index %s of %s: %w", name, part, err)
 		}

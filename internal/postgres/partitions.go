@@ -162,7 +162,11 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time, keepEvent
 	}
 	dropped, err = s.dropExpired(ctx, []string{"idempotency_keys"}, now.Add(-keepKeys))
 	ch.Dropped = append(ch.Dropped, dropped...)
-	return ch, err
+	if err != nil {
+		return ch, err
+	}
+	// What the moves and the drops detached, after their commits.
+	return ch, s.dropDetached(ctx, false, []string{"events", "webhook_deliveries", "webhook_attempts", "idempotency_keys"})
 }
 
 // maintenanceTx runs fn in a transaction holding the maintenance lock,
@@ -312,9 +316,7 @@ func (s *Store) createPartitions(ctx context.Context, table string, first, last 
 	if err != nil {
 		return created, err
 	}
-	// The default partition a swap replaced, or one left by a run that
-	// failed before this step.
-	return created, s.dropDetached(ctx, true, []string{table})
+	return created, nil
 }
 
 // maxWeeksPerRun bounds the weeks one run creates for a table: each
@@ -432,7 +434,8 @@ func detachedName(partition string) string {
 }
 
 // dropDetached drops the tables detached from tables' partitions
-// (detachedName) and not dropped yet, each in two transactions:
+// (detachedName; and <table>_moved, which versions before it left) and
+// not dropped yet, each in two transactions:
 //
 //  1. TRUNCATE: its commit removes the data's files, a tenth of a second
 //     or more per million rows, holding a lock on that table alone. (A
@@ -441,17 +444,17 @@ func detachedName(partition string) string {
 //  2. DROP TABLE: the DETACH gave the table foreign keys of its own,
 //     whose triggers live on the referenced tables (merchants,
 //     webhook_endpoints), and removing them takes ACCESS EXCLUSIVE on those
-//     until commit: every write that checks a merchant waits meanwhile, so
-//     this commit must have no files left to remove, and its wait for the
-//     lock is short (dropEmptied): when in-flight transactions hold the
-//     referenced tables longer, the table is left, empty, for the next
-//     run.
+//     until commit: every query of them, and every write that checks a
+//     key of theirs, waits meanwhile. So this commit must have no files
+//     left to remove, and its wait for the lock is short (dropEmptied):
+//     when in-flight transactions hold the referenced tables longer, the
+//     table is left, empty, for the next run.
 func (s *Store) dropDetached(ctx context.Context, wait bool, tables []string) error {
 	var names []string
 	err := s.maintenanceTx(ctx, wait, func(tx *txn) error {
 		const q = `SELECT c.relname FROM pg_class c, unnest($1::text[]) t
 		WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
-			AND starts_with(c.relname, t || '_') AND c.relname ~ '_detached_[0-9]+$'
+			AND (c.relname = t || '_moved' OR (starts_with(c.relname, t || '_') AND c.relname ~ '_detached_[0-9]+$'))
 		ORDER BY c.relname`
 		return tx.SelectContext(ctx, &names, q, pq.Array(tables))
 	})
@@ -477,15 +480,23 @@ func (s *Store) dropDetached(ctx context.Context, wait bool, tables []string) er
 	return nil
 }
 
-// dropEmptied drops the emptied detached table q (quoted), with a short
-// wait for merchants and webhook_endpoints: the writes that arrive while
-// it waits queue behind it. It tries a few times; when each time in-flight
-// transactions held those tables past the wait, it leaves the table to the
-// next run.
+// dropEmptied drops the detached table q (quoted) if it is empty (its
+// TRUNCATE did not run when another run held the maintenance lock), with
+// a short wait for merchants and webhook_endpoints: the queries of them
+// that arrive while it waits queue behind it. It tries a few times; when
+// each time in-flight transactions held those tables past the wait, it
+// leaves the table to the next run.
 func (s *Store) dropEmptied(ctx context.Context, wait bool, q string) error {
 	const tries, lockWait, pause = 5, "20ms", 50 * time.Millisecond
 	for i := range tries {
 		err := s.maintenanceTx(ctx, wait, func(tx *txn) error {
+			var exists, rows bool
+			if err := tx.GetContext(ctx, &exists, `SELECT to_regclass($1) IS NOT NULL`, q); err != nil || !exists {
+				return err // or dropped by another run meanwhile
+			}
+			if err := tx.GetContext(ctx, &rows, `SELECT EXISTS (SELECT 1 FROM `+q+`)`); err != nil || rows {
+				return err // rows: the next run truncates it first
+			}
 			if _, err := tx.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true)`, lockWait); err != nil {
 				return err
 			}
@@ -759,7 +770,7 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 		}
 		dropped = append(dropped, names...)
 	}
-	return dropped, s.dropDetached(ctx, false, tables)
+	return dropped, nil
 }
 
 // errKeepPartition rolls back a week's drop that found a pending delivery.

@@ -1143,3 +1143,95 @@ func TestPartitionMoveByColumnName(t *testing.T) {
 		t.Errorf("the moved record: %+v, want it in idempotency_keys_%s as written", got, week(created))
 	}
 }
+
+// TestPartitionedIndexRerunAfterASwap: a run of 0018 cut short after
+// indexing every week, then a move that replaced the default partition
+// (indexed by its creation, which does not make the parent valid), then
+// a run of 0018 again: the parent index ends valid, and an unattached
+// index an earlier run built on the default partition is dropped.
+func TestPartitionedIndexRerunAfterASwap(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 17)
+	store := postgres.New(db)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	sc, _ := seedScope(t, db)
+	if _, err := store.MaintainPartitions(ctx, now, payments.EventRetention, payments.IdempotencyTTL); err != nil {
+		t.Fatal(err)
+	}
+	const def = "(merchant_id, livemode, type, created_at DESC, id DESC)"
+	if _, err := db.Exec(`CREATE INDEX events_type ON ONLY events ` + def); err != nil {
+		t.Fatal(err)
+	}
+	var weeks []string
+	if err := db.Select(&weeks, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'events'::regclass AND c.relname <> 'events_default'`); err != nil || len(weeks) == 0 {
+		t.Fatalf("week partitions: %v (%v)", weeks, err)
+	}
+	for _, w := range weeks {
+		if err := postgres.IndexPartition(ctx, db.DB, "events", "events_type", def, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec(`INSERT INTO events (id, merchant_id, livemode, type, data, created_at) VALUES ('evt_ahead', $1, false, 'charge.refunded', '{}', $2)`,
+		sc.MerchantID, now.AddDate(1, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	forever := 100 * 365 * 24 * time.Hour
+	if _, err := store.MaintainPartitions(ctx, now, forever, forever); err != nil {
+		t.Fatal(err)
+	}
+	// What the earlier code left when its ATTACH was refused.
+	if _, err := db.Exec(`CREATE INDEX events_default_type ON events_default ` + def); err != nil {
+		t.Fatal(err)
+	}
+	migrateTo(t, db, 0)
+	var valid bool
+	if err := db.Get(&valid, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'events_type'::regclass`); err != nil || !valid {
+		t.Errorf("events_type after the rerun: valid %v (%v), want valid", valid, err)
+	}
+	var n int
+	if err := db.Get(&n, `SELECT count(*) FROM pg_class WHERE relname = 'events_default_type'`); err != nil || n != 0 {
+		t.Errorf("the duplicate index events_default_type: %d (%v), want it dropped", n, err)
+	}
+}
+
+// TestPartitionMaintenanceDropsLeftovers: a run drops what earlier runs
+// detached and left (a <table>_moved of the versions before detachedName,
+// with its rows and its own foreign key), and the drop's last step never
+// drops a table that still has rows (its TRUNCATE skipped while another
+// run held the lock): the commit would remove the files while holding
+// merchants.
+func TestPartitionMaintenanceDropsLeftovers(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 0)
+	store := postgres.New(db)
+	sc, _ := seedScope(t, db)
+	for _, table := range []string{"events_moved", "events_20200106_detached_1"} {
+		for _, q := range []string{
+			`CREATE TABLE ` + table + ` (LIKE events INCLUDING DEFAULTS)`,
+			`ALTER TABLE ` + table + ` ADD FOREIGN KEY (merchant_id) REFERENCES merchants (id)`,
+			`INSERT INTO ` + table + ` (id, seq, merchant_id, livemode, type, data, created_at) VALUES ('evt_old', 1, '` + sc.MerchantID + `', false, 'charge.refunded', '{}', '2020-01-07')`,
+		} {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	if err := store.DropEmptied(context.Background(), "events_20200106_detached_1"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.Get(&n, `SELECT count(*) FROM events_20200106_detached_1`); err != nil || n != 1 {
+		t.Fatalf("a detached table with its row, after its last step alone: %d rows (%v), want it left with its row", n, err)
+	}
+	if _, err := store.MaintainPartitions(context.Background(), time.Now().UTC(), payments.EventRetention, payments.IdempotencyTTL); err != nil {
+		t.Fatal(err)
+	}
+	rels := relations(t, db)
+	for _, table := range []string{"events_moved", "events_20200106_detached_1"} {
+		if slices.Contains(rels, table) {
+			t.Errorf("after a run: %s is still there", table)
+		}
+	}
+}
