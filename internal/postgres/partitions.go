@@ -375,32 +375,55 @@ func carryFrom(ctx context.Context, tx *txn) (int64, error) {
 	}
 }
 
-// lockForSwap takes EXCLUSIVE on table, trying again a few times when a
-// writer's transaction holds it past lock_timeout: a failure would throw
-// the run's copy away.
+// lockForSwap takes EXCLUSIVE on table: its writers wait for the swap
+// from here on. Its lockStep tries add up to five seconds, for writers'
+// transactions that hold the table long: a failure would throw the run's
+// copy away.
 func lockForSwap(ctx context.Context, tx *txn, table string) error {
-	lock := fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table))
+	if err := lockStep(ctx, tx, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table)), 100); err != nil {
+		return fmt.Errorf("lock %s to attach its weeks: %w", table, err)
+	}
+	return nil
+}
+
+// lockTryWait is how long one of lockStep's tries waits for its lock.
+const lockTryWait = "50ms"
+
+// lockStep runs q, a statement whose lock holds other transactions'
+// queries of a table (LOCK, DETACH PARTITION), waiting for that lock at
+// most lockTryWait at a time, under a savepoint, up to tries times. While
+// a statement waits for its lock, every query of the table that arrives
+// queues behind it: one wait of lock_timeout's second, behind a slow
+// transaction, held them all that long, where short tries let them
+// through in between.
+func lockStep(ctx context.Context, tx *txn, q string, tries int) error {
+	if _, err := tx.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true)`, lockTryWait); err != nil {
+		return err
+	}
 	var err error
-	for range 5 {
+	for range tries {
 		if _, err = tx.ExecContext(ctx, `SAVEPOINT partition_lock`); err != nil {
-			break
+			return err
 		}
-		if _, err = tx.ExecContext(ctx, lock); err == nil {
-			_, err = tx.ExecContext(ctx, `RELEASE SAVEPOINT partition_lock`)
+		if _, err = tx.ExecContext(ctx, q); err == nil {
 			break
 		}
 		var pe *pq.Error
 		if !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available
-			break
+			return err
 		}
-		if _, err = tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT partition_lock`); err != nil {
-			break
+		if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT partition_lock`); rerr != nil {
+			return rerr
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("lock %s to attach its weeks: %w", table, err)
+		return err
 	}
-	return nil
+	if _, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT partition_lock`); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true)`, partitionLockTimeout)
+	return err
 }
 
 // primaryKey is each partitioned table's primary key: how a row written
@@ -649,8 +672,11 @@ func (m *mover) swap(ctx context.Context) error {
 	old := detachedName(m.def) // the default partition's, once detached
 	var steps []string
 	if withRows {
-		steps = append(steps, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, parent, def),
-			fmt.Sprintf(`ALTER TABLE %s RENAME TO %s`, def, pq.QuoteIdentifier(old)))
+		// ACCESS EXCLUSIVE: it waits for the table's readers too.
+		if err := lockStep(ctx, m.tx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, parent, def), 20); err != nil {
+			return fmt.Errorf("detach %s: %w", m.def, err)
+		}
+		steps = append(steps, fmt.Sprintf(`ALTER TABLE %s RENAME TO %s`, def, pq.QuoteIdentifier(old)))
 	}
 	for _, d := range m.staged {
 		name := pq.QuoteIdentifier(m.name(d))
@@ -740,8 +766,8 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 				if !exists {
 					continue
 				}
-				if _, err := tx.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`,
-					pq.QuoteIdentifier(table), pq.QuoteIdentifier(name))); err != nil {
+				detach := fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, pq.QuoteIdentifier(table), pq.QuoteIdentifier(name))
+				if err := lockStep(ctx, tx, detach, 20); err != nil {
 					return fmt.Errorf("detach %s: %w", name, err)
 				}
 				if table == "webhook_deliveries" {

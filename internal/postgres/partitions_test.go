@@ -1235,3 +1235,67 @@ func TestPartitionMaintenanceDropsLeftovers(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionDropLetsQueriesThrough: while retention's DETACH waits for
+// a slow transaction that read events, another query of events waits at
+// most one of the DETACH's short tries (lockStep), not its whole wait: a
+// query with a 300 ms lock_timeout gets through, and the week is dropped
+// once the slow transaction ends. (With one wait of lock_timeout's second,
+// the query queued behind the DETACH for the rest of that second.)
+func TestPartitionDropLetsQueriesThrough(t *testing.T) {
+	t.Parallel()
+	db := freshDB(t, 0)
+	store := postgres.New(db)
+	bg := context.Background()
+	now := time.Now().UTC()
+	sc, we := seedScope(t, db)
+	expired := now.Add(-payments.EventRetention - 8*24*time.Hour)
+	insertOldEvent(t, db, sc, we, expired, "succeeded")
+	forever := 100 * 365 * 24 * time.Hour
+	if _, err := store.MaintainPartitions(bg, now, forever, forever); err != nil { // the event's week
+		t.Fatal(err)
+	}
+
+	slow, err := db.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Rollback() //nolint:errcheck // committed below
+	if _, err := slow.Exec(`SELECT count(*) FROM events`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := store.MaintainPartitions(bg, now, payments.EventRetention, payments.IdempotencyTTL)
+		done <- err
+	}()
+	waitForStatement(t, db, done, "the DETACH waiting", `wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE "events" DETACH PARTITION%'`)
+	q, err := db.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Rollback() //nolint:errcheck // committed below
+	if _, err := q.Exec(`SELECT set_config('lock_timeout', '300ms', true)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Exec(`SELECT count(*) FROM events WHERE merchant_id = $1`, sc.MerchantID); err != nil {
+		t.Fatalf("a query of events while the DETACH waits: %v, want it through between the DETACH's tries", err)
+	}
+	if err := q.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := slow.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("retention after the slow transaction ended: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("retention still running 30 s after the slow transaction ended")
+	}
+	if rels := relations(t, db); slices.Contains(rels, "events_"+week(expired)) {
+		t.Errorf("events_%s is still a table after retention", week(expired))
+	}
+}
