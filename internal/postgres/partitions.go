@@ -139,16 +139,26 @@ func partitions(ctx context.Context, tx *txn, table string) ([]partition, error)
 // MaintainPartitions creates the week partitions from now's week to the
 // week PartitionsAhead days after now that do not exist yet, and those of
 // the weeks of the rows in the default partitions (moving those rows into
-// them), then drops (DETACH, then DROP) the partitions entirely older than
-// their retention: events, their deliveries and attempts when their week
-// ended keepEvents before now — but not while the week still holds a
-// pending delivery, which is still owed to an endpoint; Idempotency-Key
-// records keepKeys after (when every record in them has expired). Each
-// table's creations are one transaction, each week's drops another, each under the maintenance advisory lock; a run that
-// finds the lock taken returns at once (another one is doing the work).
+// them), then drops the partitions entirely older than their retention
+// (DETACH, then dropDetached): events, their deliveries and attempts when
+// their week ended keepEvents before now — but not while the week still
+// holds a pending delivery, which is still owed to an endpoint;
+// Idempotency-Key records keepKeys after (when every record in them has
+// expired). Each table's creations are one transaction, each week's
+// detaches another, each under the maintenance advisory lock; a drop that
+// finds the lock taken skips its work (another run is doing it).
 func (s *Store) MaintainPartitions(ctx context.Context, now time.Time, keepEvents, keepKeys time.Duration) (payments.PartitionChanges, error) {
+	tables := []string{"events", "webhook_deliveries", "webhook_attempts", "idempotency_keys"}
+	ch, err := s.maintainPartitions(ctx, tables, now, keepEvents, keepKeys)
+	// What the moves and the drops detached, after their commits, and
+	// what earlier runs left: also when a step failed, which may have left
+	// a large default partition a move had replaced.
+	return ch, errors.Join(err, s.dropDetached(ctx, false, tables))
+}
+
+func (s *Store) maintainPartitions(ctx context.Context, tables []string, now time.Time, keepEvents, keepKeys time.Duration) (payments.PartitionChanges, error) {
 	var ch payments.PartitionChanges
-	for _, table := range []string{"events", "webhook_deliveries", "webhook_attempts", "idempotency_keys"} {
+	for _, table := range tables {
 		created, err := s.createPartitions(ctx, table, WeekStart(now), WeekStart(now.AddDate(0, 0, PartitionsAhead)))
 		ch.Created = append(ch.Created, created...)
 		if err != nil {
@@ -162,11 +172,7 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time, keepEvent
 	}
 	dropped, err = s.dropExpired(ctx, []string{"idempotency_keys"}, now.Add(-keepKeys))
 	ch.Dropped = append(ch.Dropped, dropped...)
-	if err != nil {
-		return ch, err
-	}
-	// What the moves and the drops detached, after their commits.
-	return ch, s.dropDetached(ctx, false, []string{"events", "webhook_deliveries", "webhook_attempts", "idempotency_keys"})
+	return ch, err
 }
 
 // maintenanceTx runs fn in a transaction holding the maintenance lock,
@@ -400,11 +406,14 @@ func lockStep(ctx context.Context, tx *txn, q string, tries int) error {
 	if _, err := tx.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true)`, lockTryWait); err != nil {
 		return err
 	}
+	// One savepoint for every try: ROLLBACK TO keeps it, and a savepoint
+	// a try would open inside it stays open, a subtransaction, until the
+	// commit (over 64 of them make every snapshot of the server slower).
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT partition_lock`); err != nil {
+		return err
+	}
 	var err error
 	for range tries {
-		if _, err = tx.ExecContext(ctx, `SAVEPOINT partition_lock`); err != nil {
-			return err
-		}
 		if _, err = tx.ExecContext(ctx, q); err == nil {
 			break
 		}
@@ -757,17 +766,33 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 		var names []string
 		err := s.maintenanceTx(ctx, false, func(tx *txn) error {
 			names = names[:0]
+			var parents []string // the tables with a partition of this suffix
+			for _, table := range tables {
+				var exists bool
+				if err := tx.GetContext(ctx, &exists, `SELECT to_regclass($1) IS NOT NULL`, pq.QuoteIdentifier(table+suffix)); err != nil {
+					return fmt.Errorf("look up %s: %w", table+suffix, err)
+				}
+				if exists {
+					parents = append(parents, pq.QuoteIdentifier(table))
+				}
+			}
+			if len(parents) == 0 {
+				return nil
+			}
+			// Each DETACH takes ACCESS EXCLUSIVE on its table until commit:
+			// all of them at once, in short tries, so that one table's
+			// queries do not wait through the tries for the next one's.
+			lock := `LOCK TABLE ` + strings.Join(parents, ", ") + ` IN ACCESS EXCLUSIVE MODE`
+			if err := lockStep(ctx, tx, lock, 20); err != nil {
+				return fmt.Errorf("lock %s to detach their %s partitions: %w", strings.Join(tables, ", "), suffix, err)
+			}
 			for _, table := range tables {
 				name := table + suffix
-				var exists bool
-				if err := tx.GetContext(ctx, &exists, `SELECT to_regclass($1) IS NOT NULL`, name); err != nil {
-					return fmt.Errorf("look up %s: %w", name, err)
-				}
-				if !exists {
+				if !slices.Contains(parents, pq.QuoteIdentifier(table)) {
 					continue
 				}
 				detach := fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, pq.QuoteIdentifier(table), pq.QuoteIdentifier(name))
-				if err := lockStep(ctx, tx, detach, 20); err != nil {
+				if _, err := tx.ExecContext(ctx, detach); err != nil {
 					return fmt.Errorf("detach %s: %w", name, err)
 				}
 				if table == "webhook_deliveries" {

@@ -1198,15 +1198,21 @@ func TestPartitionedIndexRerunAfterASwap(t *testing.T) {
 
 // TestPartitionMaintenanceDropsLeftovers: a run drops what earlier runs
 // detached and left (a <table>_moved of the versions before detachedName,
-// with its rows and its own foreign key), and the drop's last step never
-// drops a table that still has rows (its TRUNCATE skipped while another
-// run held the lock): the commit would remove the files while holding
-// merchants.
+// with its rows and its own foreign key), also when the run fails; and the
+// drop's last step never drops a table that still has rows (its TRUNCATE
+// skipped while another run held the lock): the commit would remove the
+// files while holding merchants.
 func TestPartitionMaintenanceDropsLeftovers(t *testing.T) {
 	t.Parallel()
 	db := freshDB(t, 0)
 	store := postgres.New(db)
-	sc, _ := seedScope(t, db)
+	sc, we := seedScope(t, db)
+	now := time.Now().UTC()
+	insertOldEvent(t, db, sc, we, now.Add(-payments.EventRetention-8*24*time.Hour), "succeeded")
+	forever := 100 * 365 * 24 * time.Hour
+	if _, err := store.MaintainPartitions(context.Background(), now, forever, forever); err != nil { // its week, to expire below
+		t.Fatal(err)
+	}
 	for _, table := range []string{"events_moved", "events_20200106_detached_1"} {
 		for _, q := range []string{
 			`CREATE TABLE ` + table + ` (LIKE events INCLUDING DEFAULTS)`,
@@ -1225,23 +1231,36 @@ func TestPartitionMaintenanceDropsLeftovers(t *testing.T) {
 	if err := db.Get(&n, `SELECT count(*) FROM events_20200106_detached_1`); err != nil || n != 1 {
 		t.Fatalf("a detached table with its row, after its last step alone: %d rows (%v), want it left with its row", n, err)
 	}
-	if _, err := store.MaintainPartitions(context.Background(), time.Now().UTC(), payments.EventRetention, payments.IdempotencyTTL); err != nil {
+	// A run whose retention fails (a slow reader holds events through
+	// every try of its lock) still drops them.
+	slow, err := db.Beginx()
+	if err != nil {
 		t.Fatal(err)
+	}
+	defer slow.Rollback() //nolint:errcheck // its end is the test's
+	if _, err := slow.Exec(`SELECT count(*) FROM events`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.MaintainPartitions(context.Background(), now, payments.EventRetention, payments.IdempotencyTTL); err == nil {
+		t.Fatal("retention with a reader holding events throughout: no error, want its lock's tries to run out")
 	}
 	rels := relations(t, db)
 	for _, table := range []string{"events_moved", "events_20200106_detached_1"} {
 		if slices.Contains(rels, table) {
-			t.Errorf("after a run: %s is still there", table)
+			t.Errorf("after a failed run: %s is still there", table)
 		}
 	}
 }
 
-// TestPartitionDropLetsQueriesThrough: while retention's DETACH waits for
-// a slow transaction that read events, another query of events waits at
-// most one of the DETACH's short tries (lockStep), not its whole wait: a
-// query with a 300 ms lock_timeout gets through, and the week is dropped
-// once the slow transaction ends. (With one wait of lock_timeout's second,
-// the query queued behind the DETACH for the rest of that second.)
+// TestPartitionDropLetsQueriesThrough: while retention waits for a slow
+// transaction that read events, to detach the week's partitions, another
+// query of events, or of webhook_deliveries, waits at most one of its
+// short tries (lockStep), not its whole wait: a query with a 300 ms
+// lock_timeout gets through, and the week is dropped once the slow
+// transaction ends. (With one wait of lock_timeout's second, the query
+// queued behind the DETACH for the rest of that second; and with each
+// table's DETACH in turn, the one detached already held its table
+// through the next one's tries.)
 func TestPartitionDropLetsQueriesThrough(t *testing.T) {
 	t.Parallel()
 	db := freshDB(t, 0)
@@ -1269,20 +1288,23 @@ func TestPartitionDropLetsQueriesThrough(t *testing.T) {
 		_, err := store.MaintainPartitions(bg, now, payments.EventRetention, payments.IdempotencyTTL)
 		done <- err
 	}()
-	waitForStatement(t, db, done, "the DETACH waiting", `wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE "events" DETACH PARTITION%'`)
-	q, err := db.Beginx()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Rollback() //nolint:errcheck // committed below
-	if _, err := q.Exec(`SELECT set_config('lock_timeout', '300ms', true)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := q.Exec(`SELECT count(*) FROM events WHERE merchant_id = $1`, sc.MerchantID); err != nil {
-		t.Fatalf("a query of events while the DETACH waits: %v, want it through between the DETACH's tries", err)
-	}
-	if err := q.Commit(); err != nil {
-		t.Fatal(err)
+	waitForStatement(t, db, done, "the DETACH's lock waiting", `wait_event_type = 'Lock' AND query LIKE 'LOCK TABLE %"events" IN ACCESS EXCLUSIVE MODE%'`)
+	// Events, and a table whose partition of the week is detached in the
+	// same transaction.
+	for _, table := range []string{"events", "webhook_deliveries"} {
+		q, err := db.Beginx()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Exec(`SELECT set_config('lock_timeout', '300ms', true)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Exec(`SELECT count(*) FROM `+table+` WHERE merchant_id = $1`, sc.MerchantID); err != nil {
+			t.Fatalf("a query of %s while the DETACH waits: %v, want it through between the DETACH's tries", table, err)
+		}
+		if err := q.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := slow.Commit(); err != nil {
 		t.Fatal(err)
