@@ -148,17 +148,20 @@ func partitions(ctx context.Context, tx *txn, table string) ([]partition, error)
 // detaches another, each under the maintenance advisory lock; a drop that
 // finds the lock taken skips its work (another run is doing it).
 func (s *Store) MaintainPartitions(ctx context.Context, now time.Time, keepEvents, keepKeys time.Duration) (payments.PartitionChanges, error) {
-	tables := []string{"events", "webhook_deliveries", "webhook_attempts", "idempotency_keys"}
-	ch, err := s.maintainPartitions(ctx, tables, now, keepEvents, keepKeys)
+	ch, err := s.maintainPartitions(ctx, now, keepEvents, keepKeys)
 	// What the moves and the drops detached, after their commits, and
 	// what earlier runs left: also when a step failed, which may have left
 	// a large default partition a move had replaced.
-	return ch, errors.Join(err, s.dropDetached(ctx, false, tables))
+	return ch, errors.Join(err, s.dropDetached(ctx, false, partitionedTables))
 }
 
-func (s *Store) maintainPartitions(ctx context.Context, tables []string, now time.Time, keepEvents, keepKeys time.Duration) (payments.PartitionChanges, error) {
+// partitionedTables are the tables partitioned by week, in the order
+// their partitions are created.
+var partitionedTables = []string{"events", "webhook_deliveries", "webhook_attempts", "idempotency_keys"}
+
+func (s *Store) maintainPartitions(ctx context.Context, now time.Time, keepEvents, keepKeys time.Duration) (payments.PartitionChanges, error) {
 	var ch payments.PartitionChanges
-	for _, table := range tables {
+	for _, table := range partitionedTables {
 		created, err := s.createPartitions(ctx, table, WeekStart(now), WeekStart(now.AddDate(0, 0, PartitionsAhead)))
 		ch.Created = append(ch.Created, created...)
 		if err != nil {
@@ -496,9 +499,8 @@ func (s *Store) dropDetached(ctx context.Context, wait bool, tables []string) er
 	for _, name := range names {
 		q := pq.QuoteIdentifier(name)
 		if err := s.maintenanceTx(ctx, wait, func(tx *txn) error {
-			var exists bool // or dropped by another run meanwhile
-			if err := tx.GetContext(ctx, &exists, `SELECT to_regclass($1) IS NOT NULL`, q); err != nil || !exists {
-				return err
+			if exists, err := relationExists(ctx, tx, q); err != nil || !exists {
+				return err // or dropped by another run meanwhile
 			}
 			_, err := tx.ExecContext(ctx, `TRUNCATE `+q)
 			return err
@@ -512,6 +514,13 @@ func (s *Store) dropDetached(ctx context.Context, wait bool, tables []string) er
 	return nil
 }
 
+// relationExists reports whether the relation q (quoted) exists.
+func relationExists(ctx context.Context, tx *txn, q string) (bool, error) {
+	var exists bool
+	err := tx.GetContext(ctx, &exists, `SELECT to_regclass($1) IS NOT NULL`, q)
+	return exists, err
+}
+
 // dropEmptied drops the detached table q (quoted) if it is empty (its
 // TRUNCATE did not run when another run held the maintenance lock), with
 // a short wait for merchants and webhook_endpoints: the queries of them
@@ -522,10 +531,10 @@ func (s *Store) dropEmptied(ctx context.Context, wait bool, q string) error {
 	const tries, lockWait, pause = 5, "20ms", 50 * time.Millisecond
 	for i := range tries {
 		err := s.maintenanceTx(ctx, wait, func(tx *txn) error {
-			var exists, rows bool
-			if err := tx.GetContext(ctx, &exists, `SELECT to_regclass($1) IS NOT NULL`, q); err != nil || !exists {
+			if exists, err := relationExists(ctx, tx, q); err != nil || !exists {
 				return err // or dropped by another run meanwhile
 			}
+			var rows bool
 			if err := tx.GetContext(ctx, &rows, `SELECT EXISTS (SELECT 1 FROM `+q+`)`); err != nil || rows {
 				return err // rows: the next run truncates it first
 			}
@@ -766,14 +775,14 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 		var names []string
 		err := s.maintenanceTx(ctx, false, func(tx *txn) error {
 			names = names[:0]
-			var parents []string // the tables with a partition of this suffix
+			var parents, quoted []string // the tables with a partition of this suffix
 			for _, table := range tables {
-				var exists bool
-				if err := tx.GetContext(ctx, &exists, `SELECT to_regclass($1) IS NOT NULL`, pq.QuoteIdentifier(table+suffix)); err != nil {
+				exists, err := relationExists(ctx, tx, pq.QuoteIdentifier(table+suffix))
+				if err != nil {
 					return fmt.Errorf("look up %s: %w", table+suffix, err)
 				}
 				if exists {
-					parents = append(parents, pq.QuoteIdentifier(table))
+					parents, quoted = append(parents, table), append(quoted, pq.QuoteIdentifier(table))
 				}
 			}
 			if len(parents) == 0 {
@@ -782,15 +791,12 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 			// Each DETACH takes ACCESS EXCLUSIVE on its table until commit:
 			// all of them at once, in short tries, so that one table's
 			// queries do not wait through the tries for the next one's.
-			lock := `LOCK TABLE ` + strings.Join(parents, ", ") + ` IN ACCESS EXCLUSIVE MODE`
+			lock := `LOCK TABLE ` + strings.Join(quoted, ", ") + ` IN ACCESS EXCLUSIVE MODE`
 			if err := lockStep(ctx, tx, lock, 20); err != nil {
-				return fmt.Errorf("lock %s to detach their %s partitions: %w", strings.Join(tables, ", "), suffix, err)
+				return fmt.Errorf("lock %s to detach their %s partitions: %w", strings.Join(parents, ", "), suffix, err)
 			}
-			for _, table := range tables {
+			for _, table := range parents {
 				name := table + suffix
-				if !slices.Contains(parents, pq.QuoteIdentifier(table)) {
-					continue
-				}
 				detach := fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, pq.QuoteIdentifier(table), pq.QuoteIdentifier(name))
 				if _, err := tx.ExecContext(ctx, detach); err != nil {
 					return fmt.Errorf("detach %s: %w", name, err)
