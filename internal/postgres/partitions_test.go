@@ -86,6 +86,37 @@ func relations(t *testing.T, db *sqlx.DB) []string {
 
 func week(t time.Time) string { return postgres.WeekStart(t).Format("20060102") }
 
+// forever is a retention that drops nothing.
+const forever = 100 * 365 * 24 * time.Hour
+
+// readerOf opens a transaction that has read table and holds its lock
+// until the test ends it (or the test's end rolls it back): a slow reader.
+func readerOf(t *testing.T, db *sqlx.DB, table string) *sqlx.Tx {
+	t.Helper()
+	tx, err := db.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() }) //nolint:errcheck // committed by the test, or rolled back here
+	if _, err := tx.Exec(`SELECT count(*) FROM ` + table); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// seedExpiredWeek inserts an event (and its delivery) dated in a week that
+// ended more than EventRetention before now, and runs maintenance once
+// (dropping nothing) to give it its week partition; it returns the date.
+func seedExpiredWeek(t *testing.T, db *sqlx.DB, store *postgres.Store, sc payments.Scope, we string, now time.Time) time.Time {
+	t.Helper()
+	expired := now.Add(-payments.EventRetention - 8*24*time.Hour)
+	insertOldEvent(t, db, sc, we, expired, "succeeded")
+	if _, err := store.MaintainPartitions(context.Background(), now, forever, forever); err != nil {
+		t.Fatal(err)
+	}
+	return expired
+}
+
 // seedScope inserts a merchant and an enabled endpoint.
 func seedScope(t *testing.T, db *sqlx.DB) (payments.Scope, string) {
 	t.Helper()
@@ -368,7 +399,6 @@ func TestPartitionMaintenance(t *testing.T) {
 	}
 	// A run that drops nothing gives the rows of the default partitions
 	// (every week above was past or too far ahead) their weeks.
-	forever := 100 * 365 * 24 * time.Hour
 	if _, err := store.MaintainPartitions(bg, now, forever, forever); err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +589,7 @@ func TestPartitionMaintenanceInPoolMode(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	store := postgres.New(db)
-	forever := 100 * 365 * 24 * time.Hour // nothing of the shared database is dropped
+	// Its runs keep everything (forever): nothing of the shared database is dropped.
 	now := time.Now().UTC()
 	// A row in the default partition (dated where no week partition is),
 	// which the run moves into its week through a temporary table.
@@ -595,7 +625,6 @@ func TestPartitionMoveKeepsConcurrentWrites(t *testing.T) {
 	store := postgres.New(db)
 	bg := context.Background()
 	now := time.Now().UTC()
-	forever := 100 * 365 * 24 * time.Hour
 	sc, we := seedScope(t, db)
 	for i := range 5 {
 		// A week of its own each round, a year or more ahead: in the default partition.
@@ -676,7 +705,7 @@ func TestPartitionCreationWaitsForWriters(t *testing.T) {
 	// the other tests' runs would return at once, having done nothing.
 	db := testenv.DB(t)
 	store := postgres.New(db)
-	forever := 100 * 365 * 24 * time.Hour // nothing of the shared database is dropped
+	// Its runs keep everything (forever): nothing of the shared database is dropped.
 	// Years ahead, so that no other test's run has made the week's partition.
 	at := time.Now().UTC().AddDate(9, 0, 0)
 	var n int
@@ -933,7 +962,6 @@ func TestPartitionMoveCapsWeeksPerRun(t *testing.T) {
 	if err := db.Select(&seqs, `SELECT seq FROM events ORDER BY seq`); err != nil {
 		t.Fatal(err)
 	}
-	forever := 100 * 365 * 24 * time.Hour
 	inDefault := func() int {
 		var n int
 		if err := db.Get(&n, `SELECT count(*) FROM events_default`); err != nil {
@@ -1018,7 +1046,6 @@ func TestPartitionMaintenanceLeavesMerchantsOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	forever := 100 * 365 * 24 * time.Hour
 	if _, err := store.MaintainPartitions(bg, now, forever, forever); err != nil {
 		t.Fatalf("move with a merchant's row held: %v", err)
 	}
@@ -1125,7 +1152,6 @@ func TestPartitionMoveByColumnName(t *testing.T) {
 		VALUES ($1, true, 'k1', '\x0102', 201, '\x7b7d', 'req_1', $2, $3, $2)`, sc.MerchantID, created, created.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	forever := 100 * 365 * 24 * time.Hour
 	if _, err := store.MaintainPartitions(context.Background(), time.Now().UTC(), forever, forever); err != nil {
 		t.Fatal(err)
 	}
@@ -1177,7 +1203,6 @@ func TestPartitionedIndexRerunAfterASwap(t *testing.T) {
 		sc.MerchantID, now.AddDate(1, 0, 0)); err != nil {
 		t.Fatal(err)
 	}
-	forever := 100 * 365 * 24 * time.Hour
 	if _, err := store.MaintainPartitions(ctx, now, forever, forever); err != nil {
 		t.Fatal(err)
 	}
@@ -1208,11 +1233,7 @@ func TestPartitionMaintenanceDropsLeftovers(t *testing.T) {
 	store := postgres.New(db)
 	sc, we := seedScope(t, db)
 	now := time.Now().UTC()
-	insertOldEvent(t, db, sc, we, now.Add(-payments.EventRetention-8*24*time.Hour), "succeeded")
-	forever := 100 * 365 * 24 * time.Hour
-	if _, err := store.MaintainPartitions(context.Background(), now, forever, forever); err != nil { // its week, to expire below
-		t.Fatal(err)
-	}
+	seedExpiredWeek(t, db, store, sc, we, now) // to expire below
 	for _, table := range []string{"events_moved", "events_20200106_detached_1"} {
 		for _, q := range []string{
 			`CREATE TABLE ` + table + ` (LIKE events INCLUDING DEFAULTS)`,
@@ -1233,14 +1254,7 @@ func TestPartitionMaintenanceDropsLeftovers(t *testing.T) {
 	}
 	// A run whose retention fails (a slow reader holds events through
 	// every try of its lock) still drops them.
-	slow, err := db.Beginx()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Rollback() //nolint:errcheck // its end is the test's
-	if _, err := slow.Exec(`SELECT count(*) FROM events`); err != nil {
-		t.Fatal(err)
-	}
+	readerOf(t, db, "events")
 	if _, err := store.MaintainPartitions(context.Background(), now, payments.EventRetention, payments.IdempotencyTTL); err == nil {
 		t.Fatal("retention with a reader holding events throughout: no error, want its lock's tries to run out")
 	}
@@ -1268,21 +1282,9 @@ func TestPartitionDropLetsQueriesThrough(t *testing.T) {
 	bg := context.Background()
 	now := time.Now().UTC()
 	sc, we := seedScope(t, db)
-	expired := now.Add(-payments.EventRetention - 8*24*time.Hour)
-	insertOldEvent(t, db, sc, we, expired, "succeeded")
-	forever := 100 * 365 * 24 * time.Hour
-	if _, err := store.MaintainPartitions(bg, now, forever, forever); err != nil { // the event's week
-		t.Fatal(err)
-	}
+	expired := seedExpiredWeek(t, db, store, sc, we, now)
 
-	slow, err := db.Beginx()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Rollback() //nolint:errcheck // committed below
-	if _, err := slow.Exec(`SELECT count(*) FROM events`); err != nil {
-		t.Fatal(err)
-	}
+	slow := readerOf(t, db, "events")
 	done := make(chan error, 1)
 	go func() {
 		_, err := store.MaintainPartitions(bg, now, payments.EventRetention, payments.IdempotencyTTL)
