@@ -226,7 +226,8 @@ func (s *Store) maintenanceTx(ctx context.Context, wait bool, fn func(tx *txn) e
 //     maxWeeksPerRun weeks a run.
 //  2. LOCK the parent IN EXCLUSIVE MODE: reads go on; it waits for the
 //     writers in flight and holds later ones until commit, so what the
-//     default partition holds from here on is final.
+//     default partition holds from here on is final. With it, SHARE ROW
+//     EXCLUSIVE on the tables its keys reference, for step 5's ATTACHes.
 //  3. Carry over the rows written by that transaction or a later one:
 //     the new and updated rows replace their copies (and some that did not
 //     change, written by transactions that ended before the copy, are
@@ -385,11 +386,19 @@ func carryFrom(ctx context.Context, tx *txn) (int64, error) {
 }
 
 // lockForSwap takes EXCLUSIVE on table: its writers wait for the swap
-// from here on. Its lockStep tries add up to five seconds, for writers'
+// from here on. And SHARE ROW EXCLUSIVE on the tables its keys reference,
+// which the swap's ATTACHes take (lockReferenced): in the same tries, so
+// that waiting for an update of one of those does not hold the table's
+// writers. Its lockStep tries add up to five seconds, for writers'
 // transactions that hold the table long: a failure would throw the run's
 // copy away.
 func lockForSwap(ctx context.Context, tx *txn, table string) error {
-	if err := lockStep(ctx, tx, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table)), 100); err != nil {
+	refs, err := lockReferenced(ctx, tx, []string{table})
+	if err != nil {
+		return err
+	}
+	lock := fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table))
+	if err := lockStep(ctx, tx, 100, append([]string{lock}, refs...)...); err != nil {
 		return fmt.Errorf("lock %s to attach its weeks: %w", table, err)
 	}
 	return nil
@@ -398,14 +407,15 @@ func lockForSwap(ctx context.Context, tx *txn, table string) error {
 // lockTryWait is how long one of lockStep's tries waits for its lock.
 const lockTryWait = "50ms"
 
-// lockStep runs q, a statement whose lock holds other transactions'
-// queries of a table (LOCK, DETACH PARTITION), waiting for that lock at
-// most lockTryWait at a time, under a savepoint, up to tries times. While
-// a statement waits for its lock, every query of the table that arrives
+// lockStep runs qs, statements whose locks hold other transactions'
+// queries of a table (LOCK, DETACH PARTITION), waiting for each lock at
+// most lockTryWait at a time, under a savepoint, up to tries times: a try
+// that times out gives back every lock its statements took. While a
+// statement waits for its lock, every query of the table that arrives
 // queues behind it: one wait of lock_timeout's second, behind a slow
 // transaction, held them all that long, where short tries let them
 // through in between.
-func lockStep(ctx context.Context, tx *txn, q string, tries int) error {
+func lockStep(ctx context.Context, tx *txn, tries int, qs ...string) error {
 	if _, err := tx.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true)`, lockTryWait); err != nil {
 		return err
 	}
@@ -417,7 +427,7 @@ func lockStep(ctx context.Context, tx *txn, q string, tries int) error {
 	}
 	var err error
 	for range tries {
-		if _, err = tx.ExecContext(ctx, q); err == nil {
+		if err = execAll(ctx, tx, qs); err == nil {
 			break
 		}
 		var pe *pq.Error
@@ -436,6 +446,39 @@ func lockStep(ctx context.Context, tx *txn, q string, tries int) error {
 	}
 	_, err = tx.ExecContext(ctx, `SELECT set_config('lock_timeout', $1, true)`, partitionLockTimeout)
 	return err
+}
+
+func execAll(ctx context.Context, tx *txn, qs []string) error {
+	for _, q := range qs {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockReferenced returns the LOCK statement for the tables that tables'
+// foreign keys reference (merchants, webhook_endpoints), in SHARE ROW
+// EXCLUSIVE mode: what a DETACH or ATTACH of their partitions (and a new
+// default partition) takes on them to add or drop the keys' triggers.
+// Taken in lockStep's tries beside the partitioned tables' own locks: else
+// that statement waited up to lock_timeout's second for one in-flight
+// update of an endpoint (every delivery's success makes one) or of a
+// merchant, while holding the queries of the tables already locked. None
+// when nothing is referenced.
+func lockReferenced(ctx context.Context, tx *txn, tables []string) ([]string, error) {
+	var refs []string
+	// regclass::text is the name quoted where it needs to be; ordered, so
+	// that two runs take the locks in one order.
+	const q = `SELECT DISTINCT confrelid::regclass::text FROM pg_constraint
+		WHERE contype = 'f' AND conrelid = ANY ($1::regclass[]) ORDER BY 1`
+	if err := tx.SelectContext(ctx, &refs, q, pq.Array(tables)); err != nil {
+		return nil, fmt.Errorf("tables referenced by %s: %w", strings.Join(tables, ", "), err)
+	}
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	return []string{`LOCK TABLE ` + strings.Join(refs, ", ") + ` IN SHARE ROW EXCLUSIVE MODE`}, nil
 }
 
 // primaryKey is each partitioned table's primary key: how a row written
@@ -691,7 +734,7 @@ func (m *mover) swap(ctx context.Context) error {
 	var steps []string
 	if withRows {
 		// ACCESS EXCLUSIVE: it waits for the table's readers too.
-		if err := lockStep(ctx, m.tx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, parent, def), 20); err != nil {
+		if err := lockStep(ctx, m.tx, 20, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, parent, def)); err != nil {
 			return fmt.Errorf("detach %s: %w", m.def, err)
 		}
 		steps = append(steps, fmt.Sprintf(`ALTER TABLE %s RENAME TO %s`, def, pq.QuoteIdentifier(old)))
@@ -791,8 +834,14 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 			// Each DETACH takes ACCESS EXCLUSIVE on its table until commit:
 			// all of them at once, in short tries, so that one table's
 			// queries do not wait through the tries for the next one's.
+			// And the tables their keys reference, whose lock each DETACH
+			// takes too (lockReferenced).
 			lock := `LOCK TABLE ` + strings.Join(quoted, ", ") + ` IN ACCESS EXCLUSIVE MODE`
-			if err := lockStep(ctx, tx, lock, 20); err != nil {
+			refs, err := lockReferenced(ctx, tx, parents)
+			if err != nil {
+				return err
+			}
+			if err := lockStep(ctx, tx, 20, append([]string{lock}, refs...)...); err != nil {
 				return fmt.Errorf("lock %s to detach their %s partitions: %w", strings.Join(parents, ", "), suffix, err)
 			}
 			for _, table := range parents {

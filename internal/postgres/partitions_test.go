@@ -1266,47 +1266,132 @@ func TestPartitionMaintenanceDropsLeftovers(t *testing.T) {
 	}
 }
 
-// TestPartitionDropLetsQueriesThrough: while retention waits for a slow
-// transaction that read events, to detach the week's partitions, another
-// query of events, or of webhook_deliveries, waits at most one of its
-// short tries (lockStep), not its whole wait: a query with a 300 ms
+// TestPartitionDropLetsQueriesThrough: while retention waits to detach
+// the week's partitions, for a slow transaction that read events or for
+// one that updated an endpoint (a DETACH of webhook_deliveries' partition
+// takes a lock on webhook_endpoints, whose rows its keys reference),
+// another query of events, or of webhook_deliveries, waits at most one of
+// its short tries (lockStep), not its whole wait: a query with a 300 ms
 // lock_timeout gets through, and the week is dropped once the slow
 // transaction ends. (With one wait of lock_timeout's second, the query
-// queued behind the DETACH for the rest of that second; and with each
-// table's DETACH in turn, the one detached already held its table
-// through the next one's tries.)
+// queued behind the DETACH for the rest of that second; with each table's
+// DETACH in turn, the one detached already held its table through the next
+// one's tries; and the DETACH waited for the endpoint's update with its
+// own second while holding all three tables.)
 func TestPartitionDropLetsQueriesThrough(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		slow func(t *testing.T, db *sqlx.DB, we string) *sqlx.Tx
+	}{
+		{"a reader of events", func(t *testing.T, db *sqlx.DB, _ string) *sqlx.Tx { return readerOf(t, db, "events") }},
+		{"an endpoint's update", endpointUpdate},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := freshDB(t, 0)
+			store := postgres.New(db)
+			bg := context.Background()
+			now := time.Now().UTC()
+			sc, we := seedScope(t, db)
+			expired := seedExpiredWeek(t, db, store, sc, we, now)
+
+			slow := tc.slow(t, db, we)
+			done := make(chan error, 1)
+			go func() {
+				_, err := store.MaintainPartitions(bg, now, payments.EventRetention, payments.IdempotencyTTL)
+				done <- err
+			}()
+			waitForStatement(t, db, done, "retention waiting for a lock", maintenanceWaits)
+			// Events, and a table whose partition of the week is detached in the
+			// same transaction.
+			for _, table := range []string{"events", "webhook_deliveries"} {
+				if err := queryWithin300ms(db, `SELECT count(*) FROM `+table+` WHERE merchant_id = $1`, sc.MerchantID); err != nil {
+					t.Fatalf("a query of %s while the DETACH waits: %v, want it through between the DETACH's tries", table, err)
+				}
+			}
+			if err := slow.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("retention after the slow transaction ended: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("retention still running 30 s after the slow transaction ended")
+			}
+			if rels := relations(t, db); slices.Contains(rels, "events_"+week(expired)) {
+				t.Errorf("events_%s is still a table after retention", week(expired))
+			}
+		})
+	}
+}
+
+// maintenanceWaits finds the maintenance run waiting for a lock: the only
+// statement of a test's database that can (its slow transaction is idle).
+const maintenanceWaits = `wait_event_type = 'Lock'`
+
+// endpointUpdate opens a transaction that has updated endpoint we (as a
+// delivery's success does) and holds it until the test ends it.
+func endpointUpdate(t *testing.T, db *sqlx.DB, we string) *sqlx.Tx {
+	t.Helper()
+	tx, err := db.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() }) //nolint:errcheck // committed by the test, or rolled back here
+	if _, err := tx.Exec(`UPDATE webhook_endpoints SET url = url WHERE id = $1`, we); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// queryWithin300ms runs q in a transaction of its own that waits at most
+// 300 ms for a lock.
+func queryWithin300ms(db *sqlx.DB, q string, args ...any) error {
+	tx, err := db.Beginx()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // committed below
+	if _, err := tx.Exec(`SELECT set_config('lock_timeout', '300ms', true)`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(q, args...); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// TestPartitionCreationLetsWritesThrough: the hourly creation of the weeks
+// ahead attaches each week's table, which adds its foreign keys' triggers
+// on the referenced tables. While a transaction that updated an endpoint
+// holds webhook_endpoints, a new delivery waits at most one of the
+// creation's short tries for webhook_deliveries (its lock and the
+// referenced tables' are taken together), and the weeks are created once
+// the update commits. (The ATTACH waited for the update for
+// lock_timeout's second with the table's writers held behind it, then
+// failed the run.)
+func TestPartitionCreationLetsWritesThrough(t *testing.T) {
 	t.Parallel()
 	db := freshDB(t, 0)
 	store := postgres.New(db)
-	bg := context.Background()
 	now := time.Now().UTC()
 	sc, we := seedScope(t, db)
-	expired := seedExpiredWeek(t, db, store, sc, we, now)
+	evt, _ := insertOldEvent(t, db, sc, we, now, "succeeded")
 
-	slow := readerOf(t, db, "events")
+	slow := endpointUpdate(t, db, we)
 	done := make(chan error, 1)
 	go func() {
-		_, err := store.MaintainPartitions(bg, now, payments.EventRetention, payments.IdempotencyTTL)
+		_, err := store.MaintainPartitions(context.Background(), now, forever, forever)
 		done <- err
 	}()
-	waitForStatement(t, db, done, "the DETACH's lock waiting", `wait_event_type = 'Lock' AND query LIKE 'LOCK TABLE %"events" IN ACCESS EXCLUSIVE MODE%'`)
-	// Events, and a table whose partition of the week is detached in the
-	// same transaction.
-	for _, table := range []string{"events", "webhook_deliveries"} {
-		q, err := db.Beginx()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := q.Exec(`SELECT set_config('lock_timeout', '300ms', true)`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := q.Exec(`SELECT count(*) FROM `+table+` WHERE merchant_id = $1`, sc.MerchantID); err != nil {
-			t.Fatalf("a query of %s while the DETACH waits: %v, want it through between the DETACH's tries", table, err)
-		}
-		if err := q.Commit(); err != nil {
-			t.Fatal(err)
-		}
+	waitForStatement(t, db, done, "the creation waiting for a lock", maintenanceWaits)
+	insert := `INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, created_at, event_created_at)
+		VALUES ($1, $2, false, $3, $4, 'pending', $5, $5, $5)`
+	if err := queryWithin300ms(db, insert, payments.NewTimedID("whd_", now), sc.MerchantID, evt, we, now); err != nil {
+		t.Fatalf("a new delivery while the creation waits: %v, want it through between the creation's tries", err)
 	}
 	if err := slow.Commit(); err != nil {
 		t.Fatal(err)
@@ -1314,12 +1399,12 @@ func TestPartitionDropLetsQueriesThrough(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("retention after the slow transaction ended: %v", err)
+			t.Fatalf("creation after the update committed: %v", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("retention still running 30 s after the slow transaction ended")
+		t.Fatal("creation still running 30 s after the update committed")
 	}
-	if rels := relations(t, db); slices.Contains(rels, "events_"+week(expired)) {
-		t.Errorf("events_%s is still a table after retention", week(expired))
+	if rels := relations(t, db); !slices.Contains(rels, "webhook_deliveries_"+week(now)) {
+		t.Errorf("no webhook_deliveries_%s after the run", week(now))
 	}
 }
