@@ -206,6 +206,8 @@ func (e *Env) Domain() (*Domain, error) {
 		payments.WithProcessor(proc), payments.WithSessionTTL(e.Config.CheckoutSessionTTL),
 		payments.WithSecrets(box), payments.WithEndpointCheck(e.EndpointCheck()),
 		payments.WithPortal(e.Config.PortalSigningKey, e.Config.PortalSessionTTL, e.Config.PublicBaseURL),
+		// A quarter of the pool at most waits on Stripe inside a transaction.
+		payments.WithProcessorCallsInTx(max(1, e.DB.Stats().MaxOpenConnections/4)),
 	}
 	if e.Config.Processor == "sandbox" {
 		opts = append(opts, payments.WithSandboxClocks())

@@ -55,6 +55,9 @@ type harnessOpts struct {
 	// processor, when set, replaces the sandbox as the service's processor
 	// (PROCESSOR=stripe tests).
 	processor func(db *sqlx.DB) processor.Processor
+	// callsInTx bounds the processor calls inside a transaction
+	// (payments.WithProcessorCallsInTx); 0 = no bound.
+	callsInTx int
 }
 
 // testPortalKey signs portal URLs in tests.
@@ -110,7 +113,7 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(proc), payments.WithSessionTTL(ttl), payments.WithAuthCacheTTL(0), payments.WithSandboxClocks(),
 		payments.WithSecrets(testBox), payments.WithEndpointCheck(func(ctx context.Context, u string) error {
 			return webhook.CheckURL(ctx, u, o.allowPrivateWebhooks)
-		}), payments.WithPortal(testPortalKey, time.Hour, srv.URL))
+		}), payments.WithPortal(testPortalKey, time.Hour, srv.URL), payments.WithProcessorCallsInTx(o.callsInTx))
 	var limiterRedis redis.UniversalClient = testenv.Redis(t)
 	if o.limiterRedis != nil {
 		limiterRedis = o.limiterRedis

@@ -5,7 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,62 +82,80 @@ func TestStripeWebhookRoute(t *testing.T) {
 // resized and given a portal on Stripe (its url is Stripe's); an interval
 // Stripe cannot bill is 400 before anything is sent; a Stripe that does not
 // answer is 502 processor_error with nothing written.
-func TestStripeSubscriptionRoutes(t *testing.T) {
-	t.Parallel()
-	const secret = "whsec_subs"
-	stripeAt := func(base string) harnessOpts {
-		var p *stripe.Processor
-		get := func(db *sqlx.DB) *stripe.Processor {
-			if p == nil {
-				p = stripe.New(db, stripe.Config{Test: stripe.Keys{Secret: "sk_test_subs", Publishable: "pk_test_subs"}, APIBase: base})
-			}
-			return p
+// stripeSubsSecret signs the Stripe events of the subscription tests.
+const stripeSubsSecret = "whsec_subs"
+
+// stripeAt is a harness whose processor is the Stripe adapter at base.
+func stripeAt(base string) harnessOpts {
+	var p *stripe.Processor
+	get := func(db *sqlx.DB) *stripe.Processor {
+		if p == nil {
+			p = stripe.New(db, stripe.Config{Test: stripe.Keys{Secret: "sk_test_subs", Publishable: "pk_test_subs"}, APIBase: base})
 		}
-		return harnessOpts{
-			processor:     func(db *sqlx.DB) processor.Processor { return get(db) },
-			stripeWebhook: func(db *sqlx.DB, svc *payments.Service) httpapi.StripeWebhook { return get(db).Inbound(secret, svc) },
-		}
+		return p
 	}
-	h := newHarness(t, stripeAt(stripemock.Start(t)))
-	s := newShop(h)
-	acct := payments.NewID("acct_")
-	if err := stripe.SetConnectedAccount(context.Background(), h.db, processor.Account{MerchantID: s.id}, acct); err != nil {
-		t.Fatal(err)
+	return harnessOpts{
+		processor: func(db *sqlx.DB) processor.Processor { return get(db) },
+		stripeWebhook: func(db *sqlx.DB, svc *payments.Service) httpapi.StripeWebhook {
+			return get(db).Inbound(stripeSubsSecret, svc)
+		},
 	}
-	inline := func(interval string, count int) map[string]any {
-		return map[string]any{"amount_cents": 1500, "currency": "usd", "interval": interval, "interval_count": count,
-			"success_url": "https://shop.example/ok", "cancel_url": "https://shop.example/no"}
-	}
-	wantError(t, h.do("POST", "/v1/subscription-sessions", s.key, inline("year", 4)), http.StatusBadRequest, "invalid_interval")
-	r := h.do("POST", "/v1/subscription-sessions", s.key, inline("month", 1))
+}
+
+// inlineSubscription is the body of a subscription session for an inline
+// price billed every count intervals.
+func inlineSubscription(interval string, count int) map[string]any {
+	return map[string]any{"amount_cents": 1500, "currency": "usd", "interval": interval, "interval_count": count,
+		"success_url": "https://shop.example/ok", "cancel_url": "https://shop.example/no"}
+}
+
+// stripeSubscription sells s a subscription on Stripe: a session, then
+// Stripe's checkout.session.completed naming the Stripe subscription
+// stripeID, received and applied. It returns our subscription's id.
+func stripeSubscription(t *testing.T, h *harness, s shop, acct, stripeID string) string {
+	t.Helper()
+	r := h.do("POST", "/v1/subscription-sessions", s.key, inlineSubscription("month", 1))
 	wantOK(t, r)
 	var cs struct{ ID, URL string }
 	r.data(t, &cs)
 	if !strings.HasPrefix(cs.URL, "https://checkout.stripe.com/") {
 		t.Errorf("session url: got %q, want Stripe Checkout's", cs.URL)
 	}
-
+	evt := payments.NewID("evt_")
 	payload, _ := json.Marshal(map[string]any{
-		"id": "evt_subs1", "object": "event", "api_version": "2023-10-16", "created": time.Now().Unix(), "livemode": false,
+		"id": evt, "object": "event", "api_version": "2023-10-16", "created": time.Now().Unix(), "livemode": false,
 		"account": acct, "type": "checkout.session.completed",
-		"data": map[string]any{"object": map[string]any{"id": "cs_test_subs1", "object": "checkout.session", "mode": "subscription",
-			"status": "complete", "payment_status": "paid", "client_reference_id": cs.ID, "subscription": "sub_stripe_http",
+		"data": map[string]any{"object": map[string]any{"id": "cs_test_" + stripeID, "object": "checkout.session", "mode": "subscription",
+			"status": "complete", "payment_status": "paid", "client_reference_id": cs.ID, "subscription": stripeID,
 			"customer_details": map[string]any{"email": "ada@example.com"}}},
 	})
-	sig := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret}).Header
+	sig := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: stripeSubsSecret}).Header
 	wantOK(t, h.do("POST", "/stripe/webhook", "", payload, "Stripe-Signature", sig))
 	var pev string
-	if err := h.db.Get(&pev, `SELECT id FROM processor_events WHERE external_id = 'evt_subs1'`); err != nil {
+	if err := h.db.Get(&pev, `SELECT id FROM processor_events WHERE external_id = $1`, evt); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.svc.ApplyProcessorEvent(context.Background(), s.sc, pev); err != nil {
 		t.Fatal(err)
 	}
 	var sub string
-	if err := h.db.Get(&sub, `SELECT id FROM subscriptions WHERE session_id = $1 AND processor_subscription_id = 'sub_stripe_http'`, cs.ID); err != nil {
+	if err := h.db.Get(&sub, `SELECT id FROM subscriptions WHERE session_id = $1 AND processor_subscription_id = $2`, cs.ID, stripeID); err != nil {
 		t.Fatalf("the subscription of the completed checkout: %v", err)
 	}
-	r = h.do("POST", "/v1/subscriptions/"+sub+"/cancel", s.key, map[string]any{"at_period_end": true})
+	return sub
+}
+
+func TestStripeSubscriptionRoutes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, stripeAt(stripemock.Start(t)))
+	s := newShop(h)
+	acct := payments.NewID("acct_")
+	if err := stripe.SetConnectedAccount(context.Background(), h.db, processor.Account{MerchantID: s.id}, acct); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, h.do("POST", "/v1/subscription-sessions", s.key, inlineSubscription("year", 4)), http.StatusBadRequest, "invalid_interval")
+	sub := stripeSubscription(t, h, s, acct, "sub_stripe_http")
+	r := h.do("POST", "/v1/subscriptions/"+sub+"/cancel", s.key, map[string]any{"at_period_end": true})
 	wantOK(t, r)
 	wantOK(t, h.do("POST", "/v1/subscriptions/"+sub+"/resume", s.key, nil))
 	wantOK(t, h.do("PATCH", "/v1/subscriptions/"+sub+"/quantity", s.key, map[string]any{"quantity": 3, "proration_behavior": "always_invoice"}))
@@ -150,9 +173,89 @@ func TestStripeSubscriptionRoutes(t *testing.T) {
 	if err := stripe.SetConnectedAccount(context.Background(), down.db, processor.Account{MerchantID: ds.id}, payments.NewID("acct_")); err != nil {
 		t.Fatal(err)
 	}
-	wantError(t, down.do("POST", "/v1/subscription-sessions", ds.key, inline("month", 1)), http.StatusBadGateway, "processor_error")
+	wantError(t, down.do("POST", "/v1/subscription-sessions", ds.key, inlineSubscription("month", 1)), http.StatusBadGateway, "processor_error")
 	var n int
 	if err := down.db.Get(&n, `SELECT count(*) FROM checkout_sessions WHERE merchant_id = $1`, ds.id); err != nil || n != 0 {
 		t.Errorf("sessions after a Stripe failure: got %d (%v), want 0", n, err)
+	}
+}
+
+// While as many Stripe calls inside a transaction as the bound allows
+// (here one: a cancel that Stripe is slow to answer) hold their database
+// connections, another subscription's cancel is refused at once, 502
+// processor_error with nothing written and nothing sent to Stripe, instead
+// of taking one more connection to wait on Stripe; once the slow call
+// ends, the refused cancel goes through on retry.
+func TestStripeCallsInTxBounded(t *testing.T) {
+	t.Parallel()
+	target, err := url.Parse(stripemock.Start(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	const slowID = "sub_stripe_slow"
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	var fastCalls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		switch req.URL.Path {
+		case "/v1/subscriptions/" + slowID: // Stripe slow to answer
+			arrived <- struct{}{}
+			select {
+			case <-release:
+			case <-req.Context().Done():
+				return
+			}
+		case "/v1/subscriptions/sub_stripe_fast":
+			fastCalls.Add(1)
+		}
+		proxy.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+
+	o := stripeAt(srv.URL)
+	o.callsInTx = 1
+	h := newHarness(t, o)
+	s := newShop(h)
+	acct := payments.NewID("acct_")
+	if err := stripe.SetConnectedAccount(context.Background(), h.db, processor.Account{MerchantID: s.id}, acct); err != nil {
+		t.Fatal(err)
+	}
+	slow := stripeSubscription(t, h, s, acct, slowID)
+	fast := stripeSubscription(t, h, s, acct, "sub_stripe_fast")
+	cancel := map[string]any{"at_period_end": true}
+
+	slowDone := make(chan *response, 1)
+	go func() { slowDone <- h.do("POST", "/v1/subscriptions/"+slow+"/cancel", s.key, cancel) }()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow cancel never reached Stripe")
+	}
+
+	start := time.Now()
+	wantError(t, h.do("POST", "/v1/subscriptions/"+fast+"/cancel", s.key, cancel), http.StatusBadGateway, "processor_error")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the refused cancel took %v, want an answer at once", d)
+	}
+	if n := fastCalls.Load(); n != 0 {
+		t.Errorf("the refused cancel sent %d requests to Stripe, want none", n)
+	}
+	var scheduled bool
+	if err := h.db.Get(&scheduled, `SELECT cancel_at_period_end FROM subscriptions WHERE id = $1`, fast); err != nil || scheduled {
+		t.Errorf("the refused cancel: cancel_at_period_end %v (%v), want nothing written", scheduled, err)
+	}
+
+	once.Do(func() { close(release) })
+	select {
+	case r := <-slowDone:
+		wantOK(t, r)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow cancel did not end after Stripe answered")
+	}
+	wantOK(t, h.do("POST", "/v1/subscriptions/"+fast+"/cancel", s.key, cancel))
+	if n := fastCalls.Load(); n != 1 {
+		t.Errorf("the retried cancel sent %d requests to Stripe, want 1", n)
 	}
 }

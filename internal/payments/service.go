@@ -155,6 +155,9 @@ type Service struct {
 	auth       *authCache
 	// checkEndpoint vets a webhook URL at registration (SSRF); nil allows all.
 	checkEndpoint func(ctx context.Context, rawURL string) error
+	// callsInTx are the slots of processor calls made inside a
+	// transaction (WithProcessorCallsInTx); nil: no bound.
+	callsInTx chan struct{}
 }
 
 // Option configures a Service.

@@ -11,6 +11,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"time"
 
@@ -85,6 +86,44 @@ type ProcessorInvoice struct {
 func (s *Service) billing() (processor.Billing, bool) {
 	b, ok := s.proc.(processor.Billing)
 	return b, ok
+}
+
+// WithProcessorCallsInTx bounds the processor calls that run inside a
+// database transaction at once to n (n <= 0: no bound). Cancel, resume and
+// quantity changes of a subscription the processor bills call it on the
+// locked row, so each holds a connection of the pool for as long as the
+// processor takes to answer (STRIPE_TIMEOUT at most): without a bound, a
+// slow or unreachable Stripe could take the whole pool, and every other
+// request of every merchant would wait for a connection. A call beyond the
+// bound fails at once, before the processor is asked, as a retryable
+// processor error (502 processor_error, nothing written).
+func WithProcessorCallsInTx(n int) Option {
+	return func(s *Service) {
+		if n > 0 {
+			s.callsInTx = make(chan struct{}, n)
+		}
+	}
+}
+
+// errCallsInTxBusy is the cause of the processor error a call past
+// WithProcessorCallsInTx's bound gets.
+var errCallsInTxBusy = errors.New("every slot for processor calls inside a transaction is taken (the processor is slow to answer)")
+
+// callInTx runs call, a processor call made inside a database transaction,
+// in one of the Service's slots for those, or refuses it when none is
+// free. It never waits for a slot: waiting would hold the transaction's
+// connection too.
+func (s *Service) callInTx(op string, call func() error) error {
+	if s.callsInTx == nil {
+		return call()
+	}
+	select {
+	case s.callsInTx <- struct{}{}:
+		defer func() { <-s.callsInTx }()
+		return call()
+	default:
+		return &processor.Error{Op: op, Retryable: true, Code: "busy", Err: errCallsInTxBusy}
+	}
 }
 
 // billingOf is the processor's Billing when it bills sub.

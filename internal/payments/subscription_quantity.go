@@ -211,9 +211,11 @@ func (s *Service) ChangeQuantity(ctx context.Context, sc Scope, subscriptionID s
 				// there first (keyed by this change's id), and here only
 				// the quantity changes; its invoice comes back as an event.
 				// A processor error writes nothing.
-				err := b.ChangeQuantity(ctx, account(sc), processor.QuantityChange{
-					Key: changeID, SubscriptionID: sub.ID, ItemID: qc.ItemID, Quantity: int64(qc.NewQuantity),
-					ProrationBehavior: string(qc.Behavior), ProrationDate: qc.ProrationDate,
+				err := s.callInTx("subscription quantity", func() error {
+					return b.ChangeQuantity(ctx, account(sc), processor.QuantityChange{
+						Key: changeID, SubscriptionID: sub.ID, ItemID: qc.ItemID, Quantity: int64(qc.NewQuantity),
+						ProrationBehavior: string(qc.Behavior), ProrationDate: qc.ProrationDate,
+					})
 				})
 				if err != nil {
 					return qc, nil, Effects{}, err

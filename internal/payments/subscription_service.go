@@ -196,7 +196,8 @@ func (s *Service) changeSubscription(ctx context.Context, sc Scope, id string, c
 		}
 		evs := subscriptionEvents(*sub, wasEnded, now)
 		if b, ok := s.billingOf(*sub); ok && remote != nil {
-			if err := remote(b, *sub, evs[0].ID); err != nil {
+			err := s.callInTx("subscription change", func() error { return remote(b, *sub, evs[0].ID) })
+			if err != nil {
 				return Effects{}, err
 			}
 		}
