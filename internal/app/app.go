@@ -71,6 +71,7 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 	if cfg.PortalSigningKeyIsDev && process == "api" {
 		log.Warn("PORTAL_SIGNING_KEY is not set: using the built-in development key; anyone with the source can forge customer-portal URLs. Set PORTAL_SIGNING_KEY (openssl rand -base64 32) in production.")
 	}
+	tasks.SetCompletedRetention(cfg.QueueCompletedRetention)
 	db, err := postgres.OpenMode(ctx, cfg.DatabaseURL, maxConns, cfg.DatabasePoolMode, cfg.DatabasePoolerPrepared)
 	if err != nil {
 		return nil, err

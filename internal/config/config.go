@@ -66,6 +66,9 @@ type Config struct {
 	// merchant's clock.
 	PortalSessionTTL time.Duration
 	WebhookRetryBase time.Duration
+	// QueueCompletedRetention: how long completed webhook tasks stay in
+	// Redis for the dashboard (tasks.CompletedRetention).
+	QueueCompletedRetention time.Duration
 	// EventRetention is how long events (and their finished deliveries)
 	// are kept before the scheduler's sweep deletes them.
 	EventRetention              time.Duration
@@ -281,6 +284,11 @@ func Load(getenv func(string) string) (Config, error) {
 		bad("API_SHUTDOWN_DELAY", "must be a duration between 0s and 5m such as 10s")
 	} else {
 		c.APIShutdownDelay = d
+	}
+	if d, err := time.ParseDuration(get("QUEUE_COMPLETED_RETENTION", "1h")); err != nil || d < 0 || d > 24*time.Hour {
+		bad("QUEUE_COMPLETED_RETENTION", "must be a duration between 0s and 24h such as 1h (0s keeps no completed task)")
+	} else {
+		c.QueueCompletedRetention = d
 	}
 	c.WorkerShutdownTimeout = positiveDuration(get("WORKER_SHUTDOWN_TIMEOUT", "20s"), "WORKER_SHUTDOWN_TIMEOUT", bad)
 	c.WorkerBillingConcurrency = positiveInt(get("WORKER_BILLING_CONCURRENCY", strconv.Itoa(max(1, runtime.GOMAXPROCS(0)/2))), "WORKER_BILLING_CONCURRENCY", bad)

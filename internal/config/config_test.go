@@ -59,6 +59,7 @@ func TestLoadDefaults(t *testing.T) {
 		{"PORTAL_SESSION_TTL", c.PortalSessionTTL, time.Hour},
 		{"WEBHOOK_RETRY_BASE", c.WebhookRetryBase, 30 * time.Second},
 		{"EVENT_RETENTION", c.EventRetention, 720 * time.Hour},
+		{"QUEUE_COMPLETED_RETENTION", c.QueueCompletedRetention, time.Hour},
 		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS", c.WebhookAllowPrivateNetworks, false},
 		{"WEBHOOK_TLS_INSECURE", c.WebhookTLSInsecure, false},
 		{"CONTENT_BLOCKLIST_FILE (built-in list)", c.ContentBlocklistFile, ""},
@@ -116,6 +117,7 @@ func TestLoadOverrides(t *testing.T) {
 		"CONTENT_BLOCKLIST_FILE":              blocklist,
 		"LOG_LEVEL":                           "debug",
 		"SANDBOX_REFUND_LATENCY":              "5s",
+		"QUEUE_COMPLETED_RETENTION":           "0s",
 	}
 	c, err := config.Load(env(vars))
 	if err != nil {
@@ -158,6 +160,7 @@ func TestLoadOverrides(t *testing.T) {
 		{"CONTENT_BLOCKLIST_FILE", c.ContentBlocklistFile, blocklist},
 		{"LOG_LEVEL", c.LogLevel, "debug"},
 		{"SANDBOX_REFUND_LATENCY", c.SandboxRefundLatency, 5 * time.Second},
+		{"QUEUE_COMPLETED_RETENTION (0s: none kept)", c.QueueCompletedRetention, time.Duration(0)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,6 +241,8 @@ func TestLoadBadValues(t *testing.T) {
 		{"EVENT_RETENTION not a duration", map[string]string{"EVENT_RETENTION": "30d"}, "EVENT_RETENTION"},
 		{"EVENT_RETENTION under an hour", map[string]string{"EVENT_RETENTION": "59m"}, "EVENT_RETENTION"},
 		{"SANDBOX_REFUND_LATENCY negative", map[string]string{"SANDBOX_REFUND_LATENCY": "-1s"}, "SANDBOX_REFUND_LATENCY"},
+		{"QUEUE_COMPLETED_RETENTION negative", map[string]string{"QUEUE_COMPLETED_RETENTION": "-1m"}, "QUEUE_COMPLETED_RETENTION"},
+		{"QUEUE_COMPLETED_RETENTION over a day", map[string]string{"QUEUE_COMPLETED_RETENTION": "25h"}, "QUEUE_COMPLETED_RETENTION"},
 		{"SANDBOX_REFUND_LATENCY above the task timeout", map[string]string{"SANDBOX_REFUND_LATENCY": "2m"}, "SANDBOX_REFUND_LATENCY"},
 		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS not a bool", map[string]string{"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "maybe"}, "WEBHOOK_ALLOW_PRIVATE_NETWORKS"},
 		{"WEBHOOK_TLS_INSECURE not a bool", map[string]string{"WEBHOOK_TLS_INSECURE": "sometimes"}, "WEBHOOK_TLS_INSECURE"},

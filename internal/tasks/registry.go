@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -18,12 +19,14 @@ import (
 // API (enqueueing after commit), the relay and the worker all read it, so
 // they cannot disagree; TestKindsComplete checks that every JobKind has one.
 type Kind struct {
-	Job       payments.JobKind
-	Type      string // the asynq task type
-	Queue     string
-	MaxRetry  int
-	Timeout   time.Duration
-	Retention time.Duration // how long a completed task stays visible; 0: not kept
+	Job      payments.JobKind
+	Type     string // the asynq task type
+	Queue    string
+	MaxRetry int
+	Timeout  time.Duration
+	// Kept: a completed task stays in Redis for CompletedRetention, visible
+	// in the dashboard; otherwise asynq deletes it when it succeeds.
+	Kept bool
 	// Backoff is the wait before retry n (0 after the first attempt) given
 	// the configured base; nil is asynq's default (n^4 s plus jitter).
 	Backoff func(base time.Duration, n int) time.Duration
@@ -57,8 +60,8 @@ var Kinds = []Kind{
 	{
 		Job: payments.JobDeliverWebhook, Type: TypeDeliverWebhook, Queue: QueueDefault,
 		MaxRetry: DeliveryMaxRetry, Timeout: 30 * time.Second,
-		Retention: time.Hour, // completed deliveries stay visible in the dashboard for an hour
-		Backoff:   DeliveryDelay,
+		Kept:    true, // completed deliveries stay visible in the dashboard
+		Backoff: DeliveryDelay,
 		Payload: func(j payments.Job) any {
 			return DeliverWebhook{MerchantID: j.MerchantID, Live: j.Live, DeliveryID: j.ID}
 		},
@@ -71,8 +74,8 @@ var Kinds = []Kind{
 		// is retried only when its attempts could not be recorded.
 		Job: payments.JobDeliverEvent, Type: TypeDeliverEvent, Queue: QueueDefault,
 		MaxRetry: DeliveryMaxRetry, Timeout: 2 * time.Minute,
-		Retention: time.Hour, // as deliveries'
-		Backoff:   DeliveryDelay,
+		Kept:    true, // as deliveries'
+		Backoff: DeliveryDelay,
 		Payload: func(j payments.Job) any {
 			return DeliverEvent{MerchantID: j.MerchantID, Live: j.Live, EventID: j.ID}
 		},
@@ -107,6 +110,21 @@ var (
 	byType = map[string]Kind{}
 )
 
+// completedRetention is CompletedRetention's value, in nanoseconds.
+var completedRetention atomic.Int64
+
+func init() { completedRetention.Store(int64(time.Hour)) }
+
+// CompletedRetention is how long a completed task of a Kept kind stays in
+// Redis (QUEUE_COMPLETED_RETENTION, 1h by default; 0 keeps none). Each
+// costs Redis about 0.7 KB (README, "Queues"), so at a sustained rate of
+// tasks it is what sizes Redis' memory.
+func CompletedRetention() time.Duration { return time.Duration(completedRetention.Load()) }
+
+// SetCompletedRetention sets CompletedRetention for the process, once at
+// its start (app.Setup), before any task is built.
+func SetCompletedRetention(d time.Duration) { completedRetention.Store(int64(d)) }
+
 func init() {
 	for _, k := range Kinds {
 		byJob[k.Job] = k
@@ -125,8 +143,8 @@ func KindOf(j payments.JobKind) (Kind, bool) {
 func (k Kind) Task(j payments.Job) *asynq.Task {
 	b, _ := json.Marshal(k.Payload(j))
 	opts := []asynq.Option{asynq.TaskID(j.ID), asynq.Queue(k.Queue), asynq.MaxRetry(k.MaxRetry), asynq.Timeout(k.Timeout)}
-	if k.Retention > 0 {
-		opts = append(opts, asynq.Retention(k.Retention))
+	if r := CompletedRetention(); k.Kept && r > 0 {
+		opts = append(opts, asynq.Retention(r))
 	}
 	return asynq.NewTask(k.Type, b, opts...)
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/tasks"
@@ -101,6 +103,46 @@ func TestStrandedQueriesRun(t *testing.T) {
 	for _, k := range tasks.Kinds {
 		if _, err := k.Stranded(store, context.Background(), time.Now(), 10); err != nil {
 			t.Errorf("stranded query of %q: %v", k.Job, err)
+		}
+	}
+}
+
+// TestCompletedRetention: a delivery's task is kept once completed for
+// CompletedRetention (QUEUE_COMPLETED_RETENTION: 1h unless set; 0 keeps
+// none), a refund's never: the retention asynq records for each task
+// enqueued.
+func TestCompletedRetention(t *testing.T) {
+	client := asynq.NewClientFromRedisClient(testenv.Redis(t))
+	insp := asynq.NewInspectorFromRedisClient(testenv.Redis(t))
+	t.Cleanup(func() { tasks.SetCompletedRetention(time.Hour) })
+	retention := func(kind payments.JobKind) time.Duration {
+		t.Helper()
+		k, _ := tasks.KindOf(kind)
+		task := k.Task(payments.Job{Kind: kind, ID: payments.NewID("row_"), MerchantID: payments.NewID("mch_")})
+		info, err := client.Enqueue(task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err = insp.GetTaskInfo(info.Queue, info.ID); err != nil {
+			t.Fatal(err)
+		}
+		return info.Retention
+	}
+	for _, tc := range []struct {
+		set        time.Duration
+		kind       payments.JobKind
+		want       time.Duration
+		what, kept string
+	}{
+		{time.Hour, payments.JobDeliverEvent, time.Hour, "the default", "an event's first attempts"},
+		{time.Hour, payments.JobDeliverWebhook, time.Hour, "the default", "a delivery's retry"},
+		{time.Hour, payments.JobExecuteRefund, 0, "the default", "a refund"},
+		{10 * time.Minute, payments.JobDeliverWebhook, 10 * time.Minute, "10m", "a delivery's retry"},
+		{0, payments.JobDeliverEvent, 0, "0s", "an event's first attempts"},
+	} {
+		tasks.SetCompletedRetention(tc.set)
+		if got := retention(tc.kind); got != tc.want {
+			t.Errorf("with %s, %s: retention %v, want %v", tc.what, tc.kept, got, tc.want)
 		}
 	}
 }
