@@ -89,19 +89,25 @@ func week(t time.Time) string { return postgres.WeekStart(t).Format("20060102") 
 // forever is a retention that drops nothing.
 const forever = 100 * 365 * 24 * time.Hour
 
-// readerOf opens a transaction that has read table and holds its lock
-// until the test ends it (or the test's end rolls it back): a slow reader.
-func readerOf(t *testing.T, db *sqlx.DB, table string) *sqlx.Tx {
+// holding opens a transaction that has run q and holds its locks until
+// the test ends it (or the test's end rolls it back).
+func holding(t *testing.T, db *sqlx.DB, q string, args ...any) *sqlx.Tx {
 	t.Helper()
 	tx, err := db.Beginx()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tx.Rollback() }) //nolint:errcheck // committed by the test, or rolled back here
-	if _, err := tx.Exec(`SELECT count(*) FROM ` + table); err != nil {
+	if _, err := tx.Exec(q, args...); err != nil {
 		t.Fatal(err)
 	}
 	return tx
+}
+
+// readerOf holds a transaction that has read table: a slow reader.
+func readerOf(t *testing.T, db *sqlx.DB, table string) *sqlx.Tx {
+	t.Helper()
+	return holding(t, db, `SELECT count(*) FROM `+table)
 }
 
 // seedExpiredWeek inserts an event (and its delivery) dated in a week that
@@ -732,17 +738,7 @@ func TestPartitionCreationWaitsForWriters(t *testing.T) {
 		t.Fatalf("maintenance returned (%v) while a writer of idempotency_keys was open, want it to wait", err)
 	case <-time.After(500 * time.Millisecond):
 	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("maintenance after the writer committed: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("maintenance still running 30s after the writer committed")
-	}
+	endAndAwait(t, tx, done, "maintenance")
 	var in string
 	if err := db.Get(&in, `SELECT tableoid::regclass::text FROM idempotency_keys WHERE merchant_id = $1`, mid); err != nil || in != "idempotency_keys_"+week(at) {
 		t.Errorf("the row written during maintenance: in %q (%v), want idempotency_keys_%s", in, err, week(at))
@@ -773,17 +769,7 @@ func TestPartitionCreationWaitsForAnotherRun(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(300 * time.Millisecond)
-	if err := other.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("MaintainPartitions: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("MaintainPartitions still waiting 30 s after the other run's step ended")
-	}
+	endAndAwait(t, other, done, "MaintainPartitions")
 	rels := relations(t, db)
 	for _, table := range []string{"events", "webhook_deliveries", "webhook_attempts", "idempotency_keys"} {
 		if name := table + "_" + week(now); !slices.Contains(rels, name) {
@@ -1310,17 +1296,7 @@ func TestPartitionDropLetsQueriesThrough(t *testing.T) {
 					t.Fatalf("a query of %s while the DETACH waits: %v, want it through between the DETACH's tries", table, err)
 				}
 			}
-			if err := slow.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("retention after the slow transaction ended: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("retention still running 30 s after the slow transaction ended")
-			}
+			endAndAwait(t, slow, done, "retention")
 			if rels := relations(t, db); slices.Contains(rels, "events_"+week(expired)) {
 				t.Errorf("events_%s is still a table after retention", week(expired))
 			}
@@ -1328,23 +1304,32 @@ func TestPartitionDropLetsQueriesThrough(t *testing.T) {
 	}
 }
 
+// endAndAwait commits slow, a transaction that a maintenance run (done)
+// waits for, and waits up to 30 s for the run, which must succeed.
+func endAndAwait(t *testing.T, slow *sqlx.Tx, done <-chan error, what string) {
+	t.Helper()
+	if err := slow.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s after the transaction it waited for committed: %v", what, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s still running 30 s after the transaction it waited for committed", what)
+	}
+}
+
 // maintenanceWaits finds the maintenance run waiting for a lock: the only
 // statement of a test's database that can (its slow transaction is idle).
 const maintenanceWaits = `wait_event_type = 'Lock'`
 
-// endpointUpdate opens a transaction that has updated endpoint we (as a
-// delivery's success does) and holds it until the test ends it.
+// endpointUpdate holds a transaction that has updated endpoint we, as a
+// delivery's success does.
 func endpointUpdate(t *testing.T, db *sqlx.DB, we string) *sqlx.Tx {
 	t.Helper()
-	tx, err := db.Beginx()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tx.Rollback() }) //nolint:errcheck // committed by the test, or rolled back here
-	if _, err := tx.Exec(`UPDATE webhook_endpoints SET url = url WHERE id = $1`, we); err != nil {
-		t.Fatal(err)
-	}
-	return tx
+	return holding(t, db, `UPDATE webhook_endpoints SET url = url WHERE id = $1`, we)
 }
 
 // queryWithin300ms runs q in a transaction of its own that waits at most
@@ -1393,17 +1378,7 @@ func TestPartitionCreationLetsWritesThrough(t *testing.T) {
 	if err := queryWithin300ms(db, insert, payments.NewTimedID("whd_", now), sc.MerchantID, evt, we, now); err != nil {
 		t.Fatalf("a new delivery while the creation waits: %v, want it through between the creation's tries", err)
 	}
-	if err := slow.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("creation after the update committed: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("creation still running 30 s after the update committed")
-	}
+	endAndAwait(t, slow, done, "creation")
 	if rels := relations(t, db); !slices.Contains(rels, "webhook_deliveries_"+week(now)) {
 		t.Errorf("no webhook_deliveries_%s after the run", week(now))
 	}
