@@ -195,7 +195,7 @@ func TestStripeCallsInTxBounded(t *testing.T) {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	const slowID = "sub_stripe_slow"
 	arrived, release := make(chan struct{}, 1), make(chan struct{})
-	var fastCalls atomic.Int32
+	var fastCalls, fastChanges atomic.Int32 // requests about the other subscription; of those, not GETs
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		switch req.URL.Path {
 		case "/v1/subscriptions/" + slowID: // Stripe slow to answer
@@ -207,6 +207,9 @@ func TestStripeCallsInTxBounded(t *testing.T) {
 			}
 		case "/v1/subscriptions/sub_stripe_fast":
 			fastCalls.Add(1)
+			if req.Method != http.MethodGet {
+				fastChanges.Add(1)
+			}
 		}
 		proxy.ServeHTTP(w, req)
 	}))
@@ -234,17 +237,33 @@ func TestStripeCallsInTxBounded(t *testing.T) {
 		t.Fatal("the slow cancel never reached Stripe")
 	}
 
-	start := time.Now()
-	wantError(t, h.do("POST", "/v1/subscriptions/"+fast+"/cancel", s.key, cancel), http.StatusBadGateway, "processor_error")
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("the refused cancel took %v, want an answer at once", d)
+	// A cancel and a quantity change of another subscription, each with an
+	// Idempotency-Key: refused, and not stored as the key's answer.
+	quantity := map[string]any{"quantity": 3, "proration_behavior": "always_invoice"}
+	refused := []struct {
+		method, path string
+		body         map[string]any
+		key          string
+	}{
+		{"POST", "/v1/subscriptions/" + fast + "/cancel", cancel, payments.NewID("idem_")},
+		{"PATCH", "/v1/subscriptions/" + fast + "/quantity", quantity, payments.NewID("idem_")},
+	}
+	for _, r := range refused {
+		start := time.Now()
+		wantError(t, h.do(r.method, r.path, s.key, r.body, "Idempotency-Key", r.key), http.StatusBadGateway, "processor_error")
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s %s refused after %v, want an answer at once", r.method, r.path, d)
+		}
 	}
 	if n := fastCalls.Load(); n != 0 {
-		t.Errorf("the refused cancel sent %d requests to Stripe, want none", n)
+		t.Errorf("the refused requests sent %d requests to Stripe, want none", n)
 	}
-	var scheduled bool
-	if err := h.db.Get(&scheduled, `SELECT cancel_at_period_end FROM subscriptions WHERE id = $1`, fast); err != nil || scheduled {
-		t.Errorf("the refused cancel: cancel_at_period_end %v (%v), want nothing written", scheduled, err)
+	var row struct {
+		Scheduled bool `db:"cancel_at_period_end"`
+		Quantity  int  `db:"quantity"`
+	}
+	if err := h.db.Get(&row, `SELECT s.cancel_at_period_end, i.quantity FROM subscriptions s JOIN subscription_items i ON i.subscription_id = s.id WHERE s.id = $1`, fast); err != nil || row.Scheduled || row.Quantity != 1 {
+		t.Errorf("after the refused requests: %+v (%v), want nothing written (not scheduled, quantity 1)", row, err)
 	}
 
 	once.Do(func() { close(release) })
@@ -254,8 +273,10 @@ func TestStripeCallsInTxBounded(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the slow cancel did not end after Stripe answered")
 	}
-	wantOK(t, h.do("POST", "/v1/subscriptions/"+fast+"/cancel", s.key, cancel))
-	if n := fastCalls.Load(); n != 1 {
-		t.Errorf("the retried cancel sent %d requests to Stripe, want 1", n)
+	for _, r := range refused { // retried with the same keys: done now
+		wantOK(t, h.do(r.method, r.path, s.key, r.body, "Idempotency-Key", r.key))
+	}
+	if n := fastChanges.Load(); n != 2 {
+		t.Errorf("the retried requests changed Stripe's subscription %d times, want 2", n)
 	}
 }

@@ -226,15 +226,16 @@ func (s *Store) maintenanceTx(ctx context.Context, wait bool, fn func(tx *txn) e
 //     maxWeeksPerRun weeks a run.
 //  2. LOCK the parent IN EXCLUSIVE MODE: reads go on; it waits for the
 //     writers in flight and holds later ones until commit, so what the
-//     default partition holds from here on is final. With it, SHARE ROW
-//     EXCLUSIVE on the tables its keys reference, for step 5's ATTACHes.
+//     default partition holds from here on is final.
 //  3. Carry over the rows written by that transaction or a later one:
 //     the new and updated rows replace their copies (and some that did not
 //     change, written by transactions that ended before the copy, are
 //     copied again). A week of which only such rows exist gets its table
 //     now, within the bound.
 //  4. Count the default partition's rows.
-//  5. Swap: DETACH the default partition (renamed, and dropped after this
+//  5. Swap: first, in short tries (lockStep), the locks it needs on the
+//     tables the keys reference and on the default partition; then DETACH
+//     the default partition (renamed, and dropped after this
 //     transaction by dropDetached), ATTACH the weeks' tables (no scan for
 //     the range: their range CHECK proves it; their indexes are taken as
 //     the parent's, and the parent's foreign keys are added and checked),
@@ -386,19 +387,11 @@ func carryFrom(ctx context.Context, tx *txn) (int64, error) {
 }
 
 // lockForSwap takes EXCLUSIVE on table: its writers wait for the swap
-// from here on. And SHARE ROW EXCLUSIVE on the tables its keys reference,
-// which the swap's ATTACHes take (lockReferenced): in the same tries, so
-// that waiting for an update of one of those does not hold the table's
-// writers. Its lockStep tries add up to five seconds, for writers'
+// from here on. Its lockStep tries add up to five seconds, for writers'
 // transactions that hold the table long: a failure would throw the run's
 // copy away.
 func lockForSwap(ctx context.Context, tx *txn, table string) error {
-	refs, err := lockReferenced(ctx, tx, []string{table})
-	if err != nil {
-		return err
-	}
-	lock := fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table))
-	if err := lockStep(ctx, tx, 100, append([]string{lock}, refs...)...); err != nil {
+	if err := lockStep(ctx, tx, 100, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table))); err != nil {
 		return fmt.Errorf("lock %s to attach its weeks: %w", table, err)
 	}
 	return nil
@@ -464,8 +457,9 @@ func execAll(ctx context.Context, tx *txn, qs []string) error {
 // Taken in lockStep's tries beside the partitioned tables' own locks: else
 // that statement waited up to lock_timeout's second for one in-flight
 // update of an endpoint (every delivery's success makes one) or of a
-// merchant, while holding the queries of the tables already locked. None
-// when nothing is referenced.
+// merchant, while holding the queries of the tables already locked; in a
+// try it holds them at most lockTryWait more. None when nothing is
+// referenced.
 func lockReferenced(ctx context.Context, tx *txn, tables []string) ([]string, error) {
 	var refs []string
 	// regclass::text is the name quoted where it needs to be; ordered, so
@@ -731,13 +725,24 @@ func (m *mover) swap(ctx context.Context) error {
 	withRows := inDefault > 0
 	parent, def := pq.QuoteIdentifier(m.table), pq.QuoteIdentifier(m.def)
 	old := detachedName(m.def) // the default partition's, once detached
+	// Every lock the steps below wait for, in short tries: the tables the
+	// keys reference (the ATTACHes add the keys' triggers there), and the
+	// default partition (ACCESS EXCLUSIVE: the DETACH's, or else each
+	// ATTACH's, to check that it holds no row of the week), which waits
+	// for the table's readers too.
+	locks, err := lockReferenced(ctx, m.tx, []string{m.table})
+	if err != nil {
+		return err
+	}
 	var steps []string
 	if withRows {
-		// ACCESS EXCLUSIVE: it waits for the table's readers too.
-		if err := lockStep(ctx, m.tx, 20, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, parent, def)); err != nil {
-			return fmt.Errorf("detach %s: %w", m.def, err)
-		}
+		locks = append(locks, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, parent, def))
 		steps = append(steps, fmt.Sprintf(`ALTER TABLE %s RENAME TO %s`, def, pq.QuoteIdentifier(old)))
+	} else {
+		locks = append(locks, fmt.Sprintf(`LOCK TABLE %s IN ACCESS EXCLUSIVE MODE`, def))
+	}
+	if err := lockStep(ctx, m.tx, 20, locks...); err != nil {
+		return fmt.Errorf("lock %s for its swap: %w", m.def, err)
 	}
 	for _, d := range m.staged {
 		name := pq.QuoteIdentifier(m.name(d))

@@ -1349,37 +1349,54 @@ func queryWithin300ms(db *sqlx.DB, q string, args ...any) error {
 	return tx.Commit()
 }
 
-// TestPartitionCreationLetsWritesThrough: the hourly creation of the weeks
-// ahead attaches each week's table, which adds its foreign keys' triggers
-// on the referenced tables. While a transaction that updated an endpoint
-// holds webhook_endpoints, a new delivery waits at most one of the
-// creation's short tries for webhook_deliveries (its lock and the
-// referenced tables' are taken together), and the weeks are created once
-// the update commits. (The ATTACH waited for the update for
-// lock_timeout's second with the table's writers held behind it, then
-// failed the run.)
-func TestPartitionCreationLetsWritesThrough(t *testing.T) {
+// TestPartitionCreationLetsQueriesThrough: the hourly creation of a week
+// ahead attaches the week's table, which locks the default partition (to
+// check it holds no row of the week; ACCESS EXCLUSIVE, so it waits for
+// the table's readers) and adds the foreign keys' triggers on the
+// referenced tables. While a slow transaction holds one of those (it read
+// webhook_deliveries, or it updated an endpoint), another query of
+// webhook_deliveries waits at most one of the creation's short tries, not
+// lock_timeout's second, and the week is created once the slow
+// transaction ends. (The ATTACH waited for it for that second, holding the
+// default partition or asking for it, so every query of the table that
+// reads it queued; then the run failed.)
+func TestPartitionCreationLetsQueriesThrough(t *testing.T) {
 	t.Parallel()
-	db := freshDB(t, 0)
-	store := postgres.New(db)
-	now := time.Now().UTC()
-	sc, we := seedScope(t, db)
-	evt, _ := insertOldEvent(t, db, sc, we, now, "succeeded")
+	for _, tc := range []struct {
+		name string
+		slow func(t *testing.T, db *sqlx.DB, we string) *sqlx.Tx
+	}{
+		{"a reader of webhook_deliveries", func(t *testing.T, db *sqlx.DB, _ string) *sqlx.Tx { return readerOf(t, db, "webhook_deliveries") }},
+		{"an endpoint's update", endpointUpdate},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := freshDB(t, 0)
+			store := postgres.New(db)
+			now := time.Now().UTC()
+			sc, we := seedScope(t, db)
+			insertOldEvent(t, db, sc, we, now, "succeeded")
+			if _, err := store.MaintainPartitions(context.Background(), now, forever, forever); err != nil {
+				t.Fatal(err)
+			}
+			// Two weeks on, the next run has a week to create, and nothing in
+			// the default partition.
+			later := now.AddDate(0, 0, 14)
 
-	slow := endpointUpdate(t, db, we)
-	done := make(chan error, 1)
-	go func() {
-		_, err := store.MaintainPartitions(context.Background(), now, forever, forever)
-		done <- err
-	}()
-	waitForStatement(t, db, done, "the creation waiting for a lock", maintenanceWaits)
-	insert := `INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, created_at, event_created_at)
-		VALUES ($1, $2, false, $3, $4, 'pending', $5, $5, $5)`
-	if err := queryWithin300ms(db, insert, payments.NewTimedID("whd_", now), sc.MerchantID, evt, we, now); err != nil {
-		t.Fatalf("a new delivery while the creation waits: %v, want it through between the creation's tries", err)
-	}
-	endAndAwait(t, slow, done, "creation")
-	if rels := relations(t, db); !slices.Contains(rels, "webhook_deliveries_"+week(now)) {
-		t.Errorf("no webhook_deliveries_%s after the run", week(now))
+			slow := tc.slow(t, db, we)
+			done := make(chan error, 1)
+			go func() {
+				_, err := store.MaintainPartitions(context.Background(), later, forever, forever)
+				done <- err
+			}()
+			waitForStatement(t, db, done, "the creation waiting for a lock", maintenanceWaits)
+			if err := queryWithin300ms(db, `SELECT count(*) FROM webhook_deliveries WHERE merchant_id = $1`, sc.MerchantID); err != nil {
+				t.Fatalf("a query of webhook_deliveries while the creation waits: %v, want it through between the creation's tries", err)
+			}
+			endAndAwait(t, slow, done, "creation")
+			if rels := relations(t, db); !slices.Contains(rels, "webhook_deliveries_"+week(later)) {
+				t.Errorf("no webhook_deliveries_%s after the run", week(later))
+			}
+		})
 	}
 }
