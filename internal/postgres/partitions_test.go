@@ -707,12 +707,14 @@ func TestPartitionMoveKeepsConcurrentWrites(t *testing.T) {
 // lock found none, and the CREATE then failed on the committed row ("updated
 // partition constraint for default partition would be violated").
 func TestPartitionCreationWaitsForWriters(t *testing.T) {
-	// Not parallel: its run holds the maintenance lock while it waits, and
-	// the other tests' runs would return at once, having done nothing.
-	db := testenv.DB(t)
+	t.Parallel()
+	// A database of its own: its run holds the maintenance lock (an advisory
+	// lock, per database) while it waits, and on a shared database the other
+	// tests' runs would return at once, having done nothing; and a second
+	// run of the test (-count) would find the week made by the first.
+	db := freshDB(t, 0)
 	store := postgres.New(db)
-	// Its runs keep everything (forever): nothing of the shared database is dropped.
-	// Years ahead, so that no other test's run has made the week's partition.
+	// Years ahead: a week no run has made.
 	at := time.Now().UTC().AddDate(9, 0, 0)
 	var n int
 	if err := db.Get(&n, `SELECT count(*) FROM pg_class WHERE relname = $1`, "idempotency_keys_"+week(at)); err != nil || n != 0 {
