@@ -1268,13 +1268,7 @@ func TestPartitionMaintenanceDropsLeftovers(t *testing.T) {
 // own second while holding all three tables.)
 func TestPartitionDropLetsQueriesThrough(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		slow func(t *testing.T, db *sqlx.DB, we string) *sqlx.Tx
-	}{
-		{"a reader of events", func(t *testing.T, db *sqlx.DB, _ string) *sqlx.Tx { return readerOf(t, db, "events") }},
-		{"an endpoint's update", endpointUpdate},
-	} {
+	for _, tc := range slowTransactions("events") {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := freshDB(t, 0)
@@ -1327,6 +1321,23 @@ func endAndAwait(t *testing.T, slow *sqlx.Tx, done <-chan error, what string) {
 // statement of a test's database that can (its slow transaction is idle).
 const maintenanceWaits = `wait_event_type = 'Lock'`
 
+// slowTransaction is a transaction a maintenance run waits for: slow
+// opens and holds it, given the scope's endpoint we.
+type slowTransaction struct {
+	name string
+	slow func(t *testing.T, db *sqlx.DB, we string) *sqlx.Tx
+}
+
+// slowTransactions are the two kinds of transaction a maintenance step
+// waits for: a reader of table, and an endpoint's update (whose table the
+// keys reference).
+func slowTransactions(table string) []slowTransaction {
+	return []slowTransaction{
+		{"a reader of " + table, func(t *testing.T, db *sqlx.DB, _ string) *sqlx.Tx { return readerOf(t, db, table) }},
+		{"an endpoint's update", endpointUpdate},
+	}
+}
+
 // endpointUpdate holds a transaction that has updated endpoint we, as a
 // delivery's success does.
 func endpointUpdate(t *testing.T, db *sqlx.DB, we string) *sqlx.Tx {
@@ -1364,13 +1375,7 @@ func queryWithin300ms(db *sqlx.DB, q string, args ...any) error {
 // reads it queued; then the run failed.)
 func TestPartitionCreationLetsQueriesThrough(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		slow func(t *testing.T, db *sqlx.DB, we string) *sqlx.Tx
-	}{
-		{"a reader of webhook_deliveries", func(t *testing.T, db *sqlx.DB, _ string) *sqlx.Tx { return readerOf(t, db, "webhook_deliveries") }},
-		{"an endpoint's update", endpointUpdate},
-	} {
+	for _, tc := range slowTransactions("webhook_deliveries") {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := freshDB(t, 0)
