@@ -391,7 +391,7 @@ func carryFrom(ctx context.Context, tx *txn) (int64, error) {
 // transactions that hold the table long: a failure would throw the run's
 // copy away.
 func lockForSwap(ctx context.Context, tx *txn, table string) error {
-	if err := lockStep(ctx, tx, 100, fmt.Sprintf(`LOCK TABLE %s IN EXCLUSIVE MODE`, pq.QuoteIdentifier(table))); err != nil {
+	if err := lockStep(ctx, tx, 100, lockTables("EXCLUSIVE", table)); err != nil {
 		return fmt.Errorf("lock %s to attach its weeks: %w", table, err)
 	}
 	return nil
@@ -441,6 +441,15 @@ func lockStep(ctx context.Context, tx *txn, tries int, qs ...string) error {
 	return err
 }
 
+// lockTables is the LOCK statement of tables (names, quoted here) in mode.
+func lockTables(mode string, tables ...string) string {
+	quoted := make([]string, len(tables))
+	for i, t := range tables {
+		quoted[i] = pq.QuoteIdentifier(t)
+	}
+	return `LOCK TABLE ` + strings.Join(quoted, ", ") + ` IN ` + mode + ` MODE`
+}
+
 func execAll(ctx context.Context, tx *txn, qs []string) error {
 	for _, q := range qs {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
@@ -462,17 +471,16 @@ func execAll(ctx context.Context, tx *txn, qs []string) error {
 // referenced.
 func lockReferenced(ctx context.Context, tx *txn, tables []string) ([]string, error) {
 	var refs []string
-	// regclass::text is the name quoted where it needs to be; ordered, so
-	// that two runs take the locks in one order.
-	const q = `SELECT DISTINCT confrelid::regclass::text FROM pg_constraint
-		WHERE contype = 'f' AND conrelid = ANY ($1::regclass[]) ORDER BY 1`
+	// Ordered, so that two runs take the locks in one order.
+	const q = `SELECT DISTINCT c.relname FROM pg_constraint k JOIN pg_class c ON c.oid = k.confrelid
+		WHERE k.contype = 'f' AND k.conrelid = ANY ($1::regclass[]) ORDER BY 1`
 	if err := tx.SelectContext(ctx, &refs, q, pq.Array(tables)); err != nil {
 		return nil, fmt.Errorf("tables referenced by %s: %w", strings.Join(tables, ", "), err)
 	}
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	return []string{`LOCK TABLE ` + strings.Join(refs, ", ") + ` IN SHARE ROW EXCLUSIVE MODE`}, nil
+	return []string{lockTables("SHARE ROW EXCLUSIVE", refs...)}, nil
 }
 
 // primaryKey is each partitioned table's primary key: how a row written
@@ -739,7 +747,7 @@ func (m *mover) swap(ctx context.Context) error {
 		locks = append(locks, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, parent, def))
 		steps = append(steps, fmt.Sprintf(`ALTER TABLE %s RENAME TO %s`, def, pq.QuoteIdentifier(old)))
 	} else {
-		locks = append(locks, fmt.Sprintf(`LOCK TABLE %s IN ACCESS EXCLUSIVE MODE`, def))
+		locks = append(locks, lockTables("ACCESS EXCLUSIVE", m.def))
 	}
 	if err := lockStep(ctx, m.tx, 20, locks...); err != nil {
 		return fmt.Errorf("lock %s for its swap: %w", m.def, err)
@@ -823,14 +831,14 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 		var names []string
 		err := s.maintenanceTx(ctx, false, func(tx *txn) error {
 			names = names[:0]
-			var parents, quoted []string // the tables with a partition of this suffix
+			var parents []string // the tables with a partition of this suffix
 			for _, table := range tables {
 				exists, err := relationExists(ctx, tx, pq.QuoteIdentifier(table+suffix))
 				if err != nil {
 					return fmt.Errorf("look up %s: %w", table+suffix, err)
 				}
 				if exists {
-					parents, quoted = append(parents, table), append(quoted, pq.QuoteIdentifier(table))
+					parents = append(parents, table)
 				}
 			}
 			if len(parents) == 0 {
@@ -841,12 +849,11 @@ func (s *Store) dropExpired(ctx context.Context, tables []string, cutoff time.Ti
 			// queries do not wait through the tries for the next one's.
 			// And the tables their keys reference, whose lock each DETACH
 			// takes too (lockReferenced).
-			lock := `LOCK TABLE ` + strings.Join(quoted, ", ") + ` IN ACCESS EXCLUSIVE MODE`
 			refs, err := lockReferenced(ctx, tx, parents)
 			if err != nil {
 				return err
 			}
-			if err := lockStep(ctx, tx, 20, append([]string{lock}, refs...)...); err != nil {
+			if err := lockStep(ctx, tx, 20, append([]string{lockTables("ACCESS EXCLUSIVE", parents...)}, refs...)...); err != nil {
 				return fmt.Errorf("lock %s to detach their %s partitions: %w", strings.Join(parents, ", "), suffix, err)
 			}
 			for _, table := range parents {
