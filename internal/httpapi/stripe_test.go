@@ -182,10 +182,11 @@ func TestStripeSubscriptionRoutes(t *testing.T) {
 
 // While as many Stripe calls inside a transaction as the bound allows
 // (here one: a cancel that Stripe is slow to answer) hold their database
-// connections, another subscription's cancel is refused at once, 502
-// processor_error with nothing written and nothing sent to Stripe, instead
-// of taking one more connection to wait on Stripe; once the slow call
-// ends, the refused cancel goes through on retry.
+// connections, another subscription's cancel and quantity change are
+// refused at once, 502 processor_error with nothing written, nothing sent
+// to Stripe and nothing stored for their Idempotency-Keys, instead of
+// taking one more connection each to wait on Stripe; once the slow call
+// ends, they go through when retried with the same keys.
 func TestStripeCallsInTxBounded(t *testing.T) {
 	t.Parallel()
 	target, err := url.Parse(stripemock.Start(t))

@@ -110,10 +110,9 @@ var (
 	byType = map[string]Kind{}
 )
 
-// completedRetention is CompletedRetention's value, in nanoseconds.
+// completedRetention is CompletedRetention's value, in nanoseconds; the
+// package's init sets it to an hour.
 var completedRetention atomic.Int64
-
-func init() { completedRetention.Store(int64(time.Hour)) }
 
 // CompletedRetention is how long a completed task of a Kept kind stays in
 // Redis (QUEUE_COMPLETED_RETENTION, 1h by default; 0 keeps none). Each
@@ -126,6 +125,7 @@ func CompletedRetention() time.Duration { return time.Duration(completedRetentio
 func SetCompletedRetention(d time.Duration) { completedRetention.Store(int64(d)) }
 
 func init() {
+	completedRetention.Store(int64(time.Hour)) // QUEUE_COMPLETED_RETENTION's default
 	for _, k := range Kinds {
 		byJob[k.Job] = k
 		byType[k.Type] = k
