@@ -1,7 +1,9 @@
 // Package testenv gives tests a real PostgreSQL database and a real Redis
 // database of their own, so test packages run in parallel without sharing
-// state. The servers come from TEST_DATABASE_URL / TEST_REDIS_URL, else the
-// loopback defaults (postgres://postgres@127.0.0.1:5432, redis://127.0.0.1:6379).
+// state; a test that must not share them with its package's other tests
+// takes its own (OwnDatabaseURL, OwnRedisURL). The servers come from
+// TEST_DATABASE_URL / TEST_REDIS_URL, else the loopback defaults
+// (postgres://postgres@127.0.0.1:5432, redis://127.0.0.1:6379).
 //
 // With TEST_DATABASE_POOLER_URL (a transaction-mode PgBouncer in front of
 // that server, deploy/local/pgbouncer.sh) the tests reach their database
@@ -21,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,11 +111,43 @@ func PoolerDatabaseURL(t testing.TB) string {
 	return dbs.pooled
 }
 
+// ownDBs numbers the databases of OwnDatabaseURL.
+var ownDBs atomic.Int64
+
+// OwnDatabaseURL returns the URL of a migrated database of the test's own,
+// dropped when the test ends, for a test that must not share DatabaseURL
+// with the package's other tests (a worker's relay works on every row of
+// its database). It is on the server: the test is skipped when Pooled.
+func OwnDatabaseURL(t testing.TB) string {
+	t.Helper()
+	if Pooled() {
+		t.Skip("testenv: OwnDatabaseURL has no pooled mode; the test runs without TEST_DATABASE_POOLER_URL")
+	}
+	name := dbName(strconv.FormatInt(ownDBs.Add(1), 10))
+	u, err := createDatabase(name)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := dropDatabase(name); err != nil {
+			t.Errorf("testenv: %v", err)
+		}
+	})
+	return u
+}
+
 // DB returns a connection pool to this process's test database, in the
 // tests' pool mode (PoolMode).
 func DB(t testing.TB) *sqlx.DB {
 	t.Helper()
-	db, err := postgres.OpenMode(context.Background(), DatabaseURL(t), 20, PoolMode(), false)
+	return DBOn(t, DatabaseURL(t))
+}
+
+// DBOn returns a connection pool to the database at dbURL, in the tests'
+// pool mode, closed when the test ends.
+func DBOn(t testing.TB, dbURL string) *sqlx.DB {
+	t.Helper()
+	db, err := postgres.OpenMode(context.Background(), dbURL, 20, PoolMode(), false)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -148,24 +183,36 @@ func createDB() (testDBs, error) {
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
 
-func createDirectDB() (string, error) {
+func createDirectDB() (string, error) { return createDatabase(dbName("")) }
+
+// dbName is the name of a test database of this process,
+// paysvc_t_<pkg>_<pid> or, with a tag, paysvc_t_<pkg>_<tag>_<pid>: dropStale
+// reads the pid after the last underscore.
+func dbName(tag string) string {
+	const prefix = "paysvc_t_"
+	pkg := unsafeChars.ReplaceAllString(strings.TrimSuffix(strings.ToLower(filepath.Base(os.Args[0])), ".test"), "_")
+	suffix := fmt.Sprintf("_%d", os.Getpid())
+	if tag != "" {
+		suffix = "_" + tag + suffix
+	}
+	if room := 60 - len(prefix) - len(suffix); len(pkg) > room {
+		pkg = pkg[len(pkg)-room:]
+	}
+	return prefix + pkg + suffix
+}
+
+// createDatabase creates the migrated database name on the server, afresh,
+// and returns its URL. It drops the databases of dead processes first.
+func createDatabase(name string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin, err := sql.Open("postgres", serverURL())
+	admin, err := openAdmin(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer admin.Close()
-	if err := admin.PingContext(ctx); err != nil {
-		return "", fmt.Errorf("PostgreSQL at %s does not answer (run deploy/local/services.sh): %w", serverURL(), err)
-	}
 	dropStale(ctx, admin)
 
-	pkg := unsafeChars.ReplaceAllString(strings.TrimSuffix(strings.ToLower(filepath.Base(os.Args[0])), ".test"), "_")
-	name := fmt.Sprintf("paysvc_t_%s_%d", pkg, os.Getpid())
-	if len(name) > 60 {
-		name = name[len(name)-60:]
-	}
 	if _, err := admin.ExecContext(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
 		return "", fmt.Errorf("drop %s: %w", name, err)
 	}
@@ -186,6 +233,34 @@ func createDirectDB() (string, error) {
 		return "", err
 	}
 	return u.String(), nil
+}
+
+// dropDatabase drops the database name, closing its connections.
+func dropDatabase(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := openAdmin(ctx)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
+		return fmt.Errorf("drop %s: %w", name, err)
+	}
+	return nil
+}
+
+// openAdmin connects to the server's postgres database.
+func openAdmin(ctx context.Context) (*sql.DB, error) {
+	admin, err := sql.Open("postgres", serverURL())
+	if err != nil {
+		return nil, err
+	}
+	if err := admin.PingContext(ctx); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("PostgreSQL at %s does not answer (run deploy/local/services.sh): %w", serverURL(), err)
+	}
+	return admin, nil
 }
 
 // dropStale drops the test databases of processes that no longer run.
@@ -228,10 +303,30 @@ func RedisURL(t testing.TB) string {
 	return redisBase() + strconv.Itoa(db)
 }
 
+// OwnRedisURL returns a Redis URL on a database index (1..15) that the test
+// holds exclusively until it ends, flushed when taken, for a test whose
+// asynq servers must not share RedisURL with the package's other tests.
+func OwnRedisURL(t testing.TB) string {
+	t.Helper()
+	db, release, err := leaseRedisDB()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(release)
+	return redisBase() + strconv.Itoa(db)
+}
+
 // Redis returns a client on this process's Redis database.
 func Redis(t testing.TB) *redis.Client {
 	t.Helper()
-	opt, err := redis.ParseURL(RedisURL(t))
+	return RedisOn(t, RedisURL(t))
+}
+
+// RedisOn returns a client on the Redis database at redisURL, closed when
+// the test ends.
+func RedisOn(t testing.TB, redisURL string) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -243,49 +338,87 @@ func Redis(t testing.TB) *redis.Client {
 // RedisOpt returns asynq's connection options for this process's Redis database.
 func RedisOpt(t testing.TB) asynq.RedisConnOpt {
 	t.Helper()
-	opt, err := asynq.ParseRedisURI(RedisURL(t))
+	return RedisOptOn(t, RedisURL(t))
+}
+
+// RedisOptOn returns asynq's connection options for the Redis database at
+// redisURL.
+func RedisOptOn(t testing.TB, redisURL string) asynq.RedisConnOpt {
+	t.Helper()
+	opt, err := asynq.ParseRedisURI(redisURL)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	return opt
 }
 
-// claimRedisDB takes a lease on a free database index in Redis db 0 and keeps
-// renewing it while the process lives; a crashed process's lease runs out.
+// claimRedisDB leases a Redis database index for the rest of the process's life.
 func claimRedisDB() (int, error) {
+	db, _, err := leaseRedisDB()
+	return db, err
+}
+
+// leaseCount numbers this process's Redis leases.
+var leaseCount atomic.Int64
+
+// releaseLease deletes a lease key if it still holds the owner's value.
+var releaseLease = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+
+// leaseRedisDB takes a lease on a free database index in Redis db 0, flushes
+// that database and keeps renewing the lease until release is called; a
+// crashed process's lease runs out.
+func leaseRedisDB() (db int, release func(), err error) {
 	ctx := context.Background()
 	opt, err := redis.ParseURL(redisBase() + "0")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	ctl := redis.NewClient(opt)
 	if err := ctl.Ping(ctx).Err(); err != nil {
-		return 0, fmt.Errorf("redis at %s does not answer (run deploy/local/services.sh): %w", opt.Addr, err)
+		ctl.Close()
+		return 0, nil, fmt.Errorf("redis at %s does not answer (run deploy/local/services.sh): %w", opt.Addr, err)
 	}
 	const lease = 30 * time.Second
+	owner := fmt.Sprintf("%d:%d", os.Getpid(), leaseCount.Add(1))
 	for attempt := 0; attempt < 600; attempt++ {
 		for i := 1; i <= 15; i++ {
 			key := fmt.Sprintf("paysvc:testenv:db:%d", i)
-			ok, err := ctl.SetNX(ctx, key, os.Getpid(), lease).Result()
+			ok, err := ctl.SetNX(ctx, key, owner, lease).Result()
 			if err != nil {
-				return 0, err
+				ctl.Close()
+				return 0, nil, err
 			}
 			if !ok {
 				continue
 			}
+			stop := make(chan struct{})
 			go func() {
-				for range time.Tick(lease / 3) {
-					ctl.Expire(ctx, key, lease)
+				tick := time.NewTicker(lease / 3)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+						ctl.Expire(ctx, key, lease)
+					}
 				}
 			}()
+			release := sync.OnceFunc(func() {
+				close(stop)
+				releaseLease.Run(ctx, ctl, []string{key}, owner)
+				ctl.Close()
+			})
 			db := redis.NewClient(&redis.Options{Addr: opt.Addr, DB: i})
 			defer db.Close()
 			if err := db.FlushDB(ctx).Err(); err != nil {
-				return 0, err
+				release()
+				return 0, nil, err
 			}
-			return i, nil
+			return i, release, nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return 0, fmt.Errorf("no free Redis database index after 60s")
+	ctl.Close()
+	return 0, nil, fmt.Errorf("no free Redis database index after 60s")
 }

@@ -11,6 +11,15 @@ package worker_test
 // and the Redis-loss test flushes that database. Each test starts from an
 // empty Redis database; go test runs the package's parallel tests after
 // these have finished.
+//
+// The exceptions are the tests that kill a worker process and wait about a
+// minute for asynq's recoverer (the ...AfterWorkerKilled tests): they are
+// parallel, each on a PostgreSQL database and a Redis database of its own
+// (newDeliveryStackOn with testenv.OwnDatabaseURL and OwnRedisURL), so no
+// other test's server takes their tasks and no other test's worker relays
+// their rows, nor theirs the others'. They pass the worker its environment
+// through startWorkerProcess, as a parallel test may not call t.Setenv.
+// go test runs at most -parallel (GOMAXPROCS by default) of them at once.
 
 import (
 	"bytes"
@@ -59,6 +68,8 @@ const deliveryBase = 20 * time.Millisecond
 // deliveryStack is the service, its store with the enqueue-after-commit
 // hook, and the Redis side, as cmd/api and cmd/worker wire them.
 type deliveryStack struct {
+	dbURL    string
+	redisURL string
 	db       *sqlx.DB
 	store    *postgres.Store
 	svc      *payments.Service
@@ -70,12 +81,22 @@ type deliveryStack struct {
 	log      *slog.Logger
 }
 
+// newDeliveryStack builds the stack on this test binary's database and
+// Redis database, which it flushes.
 func newDeliveryStack(t testing.TB) *deliveryStack {
 	t.Helper()
-	if err := testenv.Redis(t).FlushDB(context.Background()).Err(); err != nil {
+	return newDeliveryStackOn(t, testenv.DatabaseURL(t), testenv.RedisURL(t))
+}
+
+// newDeliveryStackOn builds the stack on the database at dbURL and the
+// Redis database at redisURL, which it flushes.
+func newDeliveryStackOn(t testing.TB, dbURL, redisURL string) *deliveryStack {
+	t.Helper()
+	rdb := testenv.RedisOn(t, redisURL)
+	if err := rdb.FlushDB(context.Background()).Err(); err != nil {
 		t.Fatalf("flush the test Redis database: %v", err)
 	}
-	db := testenv.DB(t)
+	db := testenv.DBOn(t, dbURL)
 	store := postgres.New(db)
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
@@ -85,17 +106,17 @@ func newDeliveryStack(t testing.TB) *deliveryStack {
 	}
 	svc := payments.NewService(store, nil, time.Now,
 		payments.WithProcessor(sandbox.New(db, "http://checkout.test")), payments.WithSecrets(box))
-	redisOpt := testenv.RedisOpt(t)
+	redisOpt := testenv.RedisOptOn(t, redisURL)
 	client := asynq.NewClient(redisOpt)
 	t.Cleanup(func() { client.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	enq := &tasks.Enqueuer{Client: client, Log: log, Redis: testenv.Redis(t)}
+	enq := &tasks.Enqueuer{Client: client, Log: log, Redis: rdb}
 	store.OnCommit(func(ctx context.Context, jobs []payments.Job) { // as app.Env.Enqueuer
 		enq.Enqueue(context.WithoutCancel(ctx), tasks.ForJobs(jobs))
 	})
 	insp := asynq.NewInspector(redisOpt)
 	t.Cleanup(func() { insp.Close() })
-	return &deliveryStack{db: db, store: store, svc: svc, box: box, key: key, redisOpt: redisOpt, enq: enq, insp: insp, log: log}
+	return &deliveryStack{dbURL: dbURL, redisURL: redisURL, db: db, store: store, svc: svc, box: box, key: key, redisOpt: redisOpt, enq: enq, insp: insp, log: log}
 }
 
 // startWorker runs an asynq server with the delivery handler until the test ends.
@@ -1158,10 +1179,11 @@ type workerProcess struct {
 	done chan struct{}
 }
 
-// startWorkerProcess runs the worker binary against this test's database and
-// Redis and waits until its /readyz answers 200. At the end of the test it
-// is stopped if still running; its logs are shown if the test failed.
-func startWorkerProcess(t *testing.T, s *deliveryStack, bin, name string) *workerProcess {
+// startWorkerProcess runs the worker binary against the stack's database and
+// Redis database, with env (KEY=value) added to this process's environment,
+// and waits until its /readyz answers 200. At the end of the test it is
+// stopped if still running; its logs are shown if the test failed.
+func startWorkerProcess(t *testing.T, s *deliveryStack, bin, name string, env ...string) *workerProcess {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -1171,8 +1193,8 @@ func startWorkerProcess(t *testing.T, s *deliveryStack, bin, name string) *worke
 	l.Close()
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(),
-		"DATABASE_URL="+testenv.DatabaseURL(t),
-		"REDIS_URL="+testenv.RedisURL(t),
+		"DATABASE_URL="+s.dbURL,
+		"REDIS_URL="+s.redisURL,
 		"WORKER_ADMIN_ADDR="+admin,
 		"WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		"WEBHOOK_TLS_INSECURE=true",
@@ -1180,6 +1202,7 @@ func startWorkerProcess(t *testing.T, s *deliveryStack, bin, name string) *worke
 		"SECRETS_KEY="+base64.StdEncoding.EncodeToString(s.key),
 		"LOG_LEVEL=debug",
 	)
+	cmd.Env = append(cmd.Env, env...)
 	// The worker dies with the test binary: one left behind by a killed
 	// `go test` keeps taking this Redis database's tasks, against a
 	// database that is gone, and fails the next run's delivery tests.
@@ -1258,8 +1281,9 @@ func TestDeliverRecoversAfterWorkerKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits about a minute for asynq's lease recovery")
 	}
+	t.Parallel()
 	bin := buildWorker(t)
-	s := newDeliveryStack(t)
+	s := newDeliveryStackOn(t, testenv.OwnDatabaseURL(t), testenv.OwnRedisURL(t))
 	sc := payments.Scope{MerchantID: s.merchant(t, "Crash shop")}
 	// The first request is held until its sender dies; later ones succeed.
 	arrived, release := make(chan struct{}), make(chan struct{})

@@ -6,6 +6,7 @@ package worker_test
 // refunds into sandbox_refunds. Not parallel, for the reason given in
 // delivery_test.go: the asynq servers of this test binary share one Redis
 // database, which newDeliveryStack flushes.
+// TestRefundExactlyOnceAfterWorkerKilled is, on databases of its own.
 
 import (
 	"context"
@@ -577,15 +578,15 @@ func TestRefundExactlyOnceAfterWorkerKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits about a minute for asynq's lease recovery")
 	}
+	t.Parallel()
 	bin := buildWorker(t)
-	s := newDeliveryStack(t)
+	s := newDeliveryStackOn(t, testenv.OwnDatabaseURL(t), testenv.OwnRedisURL(t))
 	sc := payments.Scope{MerchantID: s.merchant(t, "Killed refund shop")}
 	pis := s.fund(t, sc, 2)
 
 	// The first worker's sandbox records the refund, then takes 20 s to
 	// answer: it is killed in that window.
-	t.Setenv("SANDBOX_REFUND_LATENCY", "20s")
-	first := startWorkerProcess(t, s, bin, "first worker")
+	first := startWorkerProcess(t, s, bin, "first worker", "SANDBOX_REFUND_LATENCY=20s")
 	r := s.refund(t, sc, pis[0], paid)
 	waitUntil(t, 30*time.Second, "the sandbox to have executed "+r.ID, func() (bool, string) {
 		n := s.count(t, `SELECT count(*) FROM sandbox_refunds WHERE refund_id = $1`, r.ID)
@@ -598,8 +599,7 @@ func TestRefundExactlyOnceAfterWorkerKilled(t *testing.T) {
 	}
 	checkBalance(t, "balance after the kill", s.usdBalance(t, sc), 2*netPaid, paid)
 
-	t.Setenv("SANDBOX_REFUND_LATENCY", "0s")
-	startWorkerProcess(t, s, bin, "second worker")
+	startWorkerProcess(t, s, bin, "second worker", "SANDBOX_REFUND_LATENCY=0s")
 	// asynq's recoverer (at start, then every minute) schedules a retry of
 	// the dead worker's task once its lease (30 s) expired over 30 s ago:
 	// about a minute after the kill.

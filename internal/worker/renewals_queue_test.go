@@ -4,7 +4,8 @@ package worker_test
 // enqueued after commit; the relay re-enqueues it after Redis lost it; a
 // worker killed in the middle of the processor call leaves the charge to
 // the next one, which gets the processor's recorded answer. Not parallel
-// (see money_test.go).
+// (see money_test.go); TestRenewalExactlyOnceAfterWorkerKilled is, on
+// databases of its own.
 
 import (
 	"context"
@@ -145,12 +146,13 @@ func TestRenewalExactlyOnceAfterWorkerKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits about a minute for asynq's lease recovery")
 	}
+	t.Parallel()
 	bin := buildWorker(t)
-	s := newDeliveryStack(t)
+	s := newDeliveryStackOn(t, testenv.OwnDatabaseURL(t), testenv.OwnRedisURL(t))
 	sc := payments.Scope{MerchantID: s.merchant(t, "Killed renewal shop")}
 
-	t.Setenv("SANDBOX_REFUND_LATENCY", "20s") // also delays saved-card charges
-	first := startWorkerProcess(t, s, bin, "first worker")
+	// SANDBOX_REFUND_LATENCY also delays saved-card charges.
+	first := startWorkerProcess(t, s, bin, "first worker", "SANDBOX_REFUND_LATENCY=20s")
 	sub, id := s.dueSubscription(t, sc)
 	waitUntil(t, 30*time.Second, "the sandbox to have charged "+id, func() (bool, string) {
 		n := s.count(t, `SELECT count(*) FROM sandbox_card_charges WHERE charge_key LIKE $1`, id+"%")
@@ -161,8 +163,7 @@ func TestRenewalExactlyOnceAfterWorkerKilled(t *testing.T) {
 		t.Fatalf("charge after the kill: got %+v, %v, want pending with no attempt recorded", ch, err)
 	}
 
-	t.Setenv("SANDBOX_REFUND_LATENCY", "0s")
-	startWorkerProcess(t, s, bin, "second worker")
+	startWorkerProcess(t, s, bin, "second worker", "SANDBOX_REFUND_LATENCY=0s")
 	waitUntil(t, 100*time.Second, "the dead worker's task recovered", func() (bool, string) {
 		info, err := s.insp.GetTaskInfo(tasks.QueueBilling, id)
 		if err != nil {
