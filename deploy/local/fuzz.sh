@@ -15,8 +15,8 @@ GO=${GO:-go}
 FUZZTIME=${FUZZTIME:-30s}
 export GOTOOLCHAIN=${FUZZ_TOOLCHAIN:-go1.27.3}
 
-"$GO" version >/dev/null || { echo "fuzz: cannot get the $GOTOOLCHAIN toolchain from the Go module proxy" >&2; exit 1; }
-echo "fuzz: $("$GO" version)"
+version=$("$GO" version) || { echo "fuzz: cannot get the $GOTOOLCHAIN toolchain from the Go module proxy" >&2; exit 1; }
+echo "fuzz: $version"
 
 for pkg in "$@"; do
 	targets=$("$GO" test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true)
