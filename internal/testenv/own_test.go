@@ -15,9 +15,6 @@ import (
 // from each other; the databases are dropped and the leases given back when
 // the test ends.
 func TestOwnDatabasesLastTheTest(t *testing.T) {
-	if Pooled() {
-		t.Skip("OwnDatabaseURL has no pooled mode")
-	}
 	ctx := context.Background()
 	var names, leases []string
 	t.Run("own", func(t *testing.T) {

@@ -116,12 +116,14 @@ var ownDBs atomic.Int64
 
 // OwnDatabaseURL returns the URL of a migrated database of the test's own,
 // dropped when the test ends, for a test that must not share DatabaseURL
-// with the package's other tests (a worker's relay works on every row of
-// its database). It is on the server: the test is skipped when Pooled.
+// with the package's other tests (a worker's relay, or the renewal sweep,
+// works on every merchant's rows of its database). Through the pooler
+// (Pooled) it is reached as DatabaseURL is, through the pool guard.
 func OwnDatabaseURL(t testing.TB) string {
 	t.Helper()
-	if Pooled() {
-		t.Skip("testenv: OwnDatabaseURL has no pooled mode; the test runs without TEST_DATABASE_POOLER_URL")
+	dbs, err := testDB()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
 	name := dbName(strconv.FormatInt(ownDBs.Add(1), 10))
 	u, err := createDatabase(name)
@@ -133,7 +135,15 @@ func OwnDatabaseURL(t testing.TB) string {
 			t.Errorf("testenv: %v", err)
 		}
 	})
-	return u
+	if dbs.guarded == "" {
+		return u
+	}
+	gu, err := url.Parse(dbs.guarded)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	gu.Path = "/" + name
+	return gu.String()
 }
 
 // DB returns a connection pool to this process's test database, in the

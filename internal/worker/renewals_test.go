@@ -3,8 +3,12 @@ package worker_test
 // Renewals, dunning and scheduled cancellations under a moved sandbox
 // clock, through payments.Service.AdvanceClock as `api sandbox
 // advance-clock` runs it, on the real store and the sandbox processor.
-// Each test has its own merchant and moves only its clock; the sweeps run
-// on real base time, so no test renews another's subscriptions.
+// Each test has its own merchant and moves only its clock. The global
+// sweep (RenewDueSubscriptions) also renews and ends the subscriptions of
+// every merchant whose clock was moved, so a test that runs it does so on a
+// database of its own (newSweepingEnv): on the shared one it could end
+// another test's subscription between that test's clock move and its own
+// sweep, and that test's advance would report nothing ended.
 
 import (
 	"context"
@@ -31,7 +35,19 @@ type renewalEnv struct {
 
 func newRenewalEnv(t *testing.T) *renewalEnv {
 	t.Helper()
-	db := testenv.DB(t)
+	return newRenewalEnvOn(t, testenv.DB(t))
+}
+
+// newSweepingEnv is the database of its own that a test running the
+// global sweep builds its renewalEnvs on (newRenewalEnvOn).
+func newSweepingEnv(t *testing.T) *sqlx.DB {
+	t.Helper()
+	return testenv.DBOn(t, testenv.OwnDatabaseURL(t))
+}
+
+// newRenewalEnvOn is a merchant of its own, with its service, on db.
+func newRenewalEnvOn(t *testing.T, db *sqlx.DB) *renewalEnv {
+	t.Helper()
 	store := postgres.New(db)
 	svc := payments.NewService(store, nil, time.Now,
 		payments.WithProcessor(sandbox.New(db, "http://checkout.test")), payments.WithSandboxClocks())
@@ -461,7 +477,7 @@ func TestScheduledCancellationAtPeriodEnd(t *testing.T) {
 // it is one charge row, one processor charge and one payment.
 func TestRenewalExactlyOnceUnderRaces(t *testing.T) {
 	t.Parallel()
-	e := newRenewalEnv(t)
+	e := newRenewalEnvOn(t, newSweepingEnv(t))
 	ctx := context.Background()
 	s := e.dueUnswept(t, utc(t, "2027-02-01T00:00:00Z"), 28*24*time.Hour)
 	var wg sync.WaitGroup
@@ -504,7 +520,7 @@ func TestRenewalExactlyOnceUnderRaces(t *testing.T) {
 // takes each back once its charge moved the period.
 func TestSweepLeavesChargedSubscriptionsOut(t *testing.T) {
 	t.Parallel()
-	e := newRenewalEnv(t)
+	e := newRenewalEnvOn(t, newSweepingEnv(t))
 	ctx := context.Background()
 	s := e.dueUnswept(t, utc(t, "2028-09-01T00:00:00Z"), 30*24*time.Hour)
 	// inIndex is whether the subscription is in the sweep's index.
@@ -513,7 +529,6 @@ func TestSweepLeavesChargedSubscriptionsOut(t *testing.T) {
 		return e.count(t, `SELECT count(*) FROM subscriptions WHERE id = $1 AND status IN ('active', 'trialing', 'past_due')
 			AND processor_subscription_id IS NULL AND renewal_charged_for IS DISTINCT FROM current_period_end`, s.ID) == 1
 	}
-	// (Another test's sweep may write its charge first: sweeps are global.)
 	if _, err := e.svc.RenewDueSubscriptions(ctx, 100); err != nil {
 		t.Fatal(err)
 	}
@@ -540,8 +555,9 @@ func TestSweepLeavesChargedSubscriptionsOut(t *testing.T) {
 // canceled subscription moved to a new period or made active again.
 func TestCancelRacingRenewal(t *testing.T) {
 	t.Parallel()
+	db := newSweepingEnv(t)
 	for i := range 6 {
-		e := newRenewalEnv(t)
+		e := newRenewalEnvOn(t, db)
 		ctx := context.Background()
 		s := e.dueUnswept(t, utc(t, "2027-04-01T00:00:00Z"), 30*24*time.Hour)
 		if _, err := e.svc.RenewDueSubscriptions(ctx, 100); err != nil {
