@@ -6,7 +6,8 @@ package worker_test
 // refunds into sandbox_refunds. Not parallel, for the reason given in
 // delivery_test.go: the asynq servers of this test binary share one Redis
 // database, which newDeliveryStack flushes.
-// TestRefundExactlyOnceAfterWorkerKilled is, on databases of its own.
+// TestRefundExactlyOnceAfterWorkerKilled is the exception: it is parallel,
+// on databases of its own.
 
 import (
 	"context"

@@ -4,8 +4,8 @@ package worker_test
 // enqueued after commit; the relay re-enqueues it after Redis lost it; a
 // worker killed in the middle of the processor call leaves the charge to
 // the next one, which gets the processor's recorded answer. Not parallel
-// (see money_test.go); TestRenewalExactlyOnceAfterWorkerKilled is, on
-// databases of its own.
+// (see money_test.go), except TestRenewalExactlyOnceAfterWorkerKilled,
+// which is parallel on databases of its own.
 
 import (
 	"context"

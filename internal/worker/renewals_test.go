@@ -6,7 +6,7 @@ package worker_test
 // Each test has its own merchant and moves only its clock. The global
 // sweep (RenewDueSubscriptions) also renews and ends the subscriptions of
 // every merchant whose clock was moved, so a test that runs it does so on a
-// database of its own (newSweepingEnv): on the shared one it could end
+// database of its own (ownSweepDB): on the shared one it could end
 // another test's subscription between that test's clock move and its own
 // sweep, and that test's advance would report nothing ended.
 
@@ -38,9 +38,9 @@ func newRenewalEnv(t *testing.T) *renewalEnv {
 	return newRenewalEnvOn(t, testenv.DB(t))
 }
 
-// newSweepingEnv is the database of its own that a test running the
-// global sweep builds its renewalEnvs on (newRenewalEnvOn).
-func newSweepingEnv(t *testing.T) *sqlx.DB {
+// ownSweepDB is a database of the test's own, for a test that runs the
+// global sweep: it builds its renewalEnvs on it (newRenewalEnvOn).
+func ownSweepDB(t *testing.T) *sqlx.DB {
 	t.Helper()
 	return testenv.DBOn(t, testenv.OwnDatabaseURL(t))
 }
@@ -477,7 +477,7 @@ func TestScheduledCancellationAtPeriodEnd(t *testing.T) {
 // it is one charge row, one processor charge and one payment.
 func TestRenewalExactlyOnceUnderRaces(t *testing.T) {
 	t.Parallel()
-	e := newRenewalEnvOn(t, newSweepingEnv(t))
+	e := newRenewalEnvOn(t, ownSweepDB(t))
 	ctx := context.Background()
 	s := e.dueUnswept(t, utc(t, "2027-02-01T00:00:00Z"), 28*24*time.Hour)
 	var wg sync.WaitGroup
@@ -520,7 +520,7 @@ func TestRenewalExactlyOnceUnderRaces(t *testing.T) {
 // takes each back once its charge moved the period.
 func TestSweepLeavesChargedSubscriptionsOut(t *testing.T) {
 	t.Parallel()
-	e := newRenewalEnvOn(t, newSweepingEnv(t))
+	e := newRenewalEnvOn(t, ownSweepDB(t))
 	ctx := context.Background()
 	s := e.dueUnswept(t, utc(t, "2028-09-01T00:00:00Z"), 30*24*time.Hour)
 	// inIndex is whether the subscription is in the sweep's index.
@@ -555,7 +555,7 @@ func TestSweepLeavesChargedSubscriptionsOut(t *testing.T) {
 // canceled subscription moved to a new period or made active again.
 func TestCancelRacingRenewal(t *testing.T) {
 	t.Parallel()
-	db := newSweepingEnv(t)
+	db := ownSweepDB(t)
 	for i := range 6 {
 		e := newRenewalEnvOn(t, db)
 		ctx := context.Background()
