@@ -121,10 +121,6 @@ var ownDBs atomic.Int64
 // (Pooled) it is reached as DatabaseURL is, through the pool guard.
 func OwnDatabaseURL(t testing.TB) string {
 	t.Helper()
-	dbs, err := testDB()
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
 	name := dbName(strconv.FormatInt(ownDBs.Add(1), 10))
 	u, err := createDatabase(name)
 	if err != nil {
@@ -135,8 +131,12 @@ func OwnDatabaseURL(t testing.TB) string {
 			t.Errorf("testenv: %v", err)
 		}
 	})
-	if dbs.guarded == "" {
+	if !Pooled() {
 		return u
+	}
+	dbs, err := testDB() // the pool guard
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
 	gu, err := url.Parse(dbs.guarded)
 	if err != nil {
@@ -170,7 +170,7 @@ func DBOn(t testing.TB, dbURL string) *sqlx.DB {
 type testDBs struct{ direct, pooled, guarded string }
 
 func createDB() (testDBs, error) {
-	direct, err := createDirectDB()
+	direct, err := createDatabase(dbName(""))
 	if err != nil || !Pooled() {
 		return testDBs{direct: direct}, err
 	}
@@ -192,8 +192,6 @@ func createDB() (testDBs, error) {
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
-
-func createDirectDB() (string, error) { return createDatabase(dbName("")) }
 
 // dbName is the name of a test database of this process,
 // paysvc_t_<pkg>_<pid> or, with a tag, paysvc_t_<pkg>_<tag>_<pid>: dropStale
@@ -223,8 +221,8 @@ func createDatabase(name string) (string, error) {
 	defer admin.Close()
 	dropStale(ctx, admin)
 
-	if _, err := admin.ExecContext(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
-		return "", fmt.Errorf("drop %s: %w", name, err)
+	if err := dropOn(ctx, admin, name); err != nil {
+		return "", err
 	}
 	if _, err := admin.ExecContext(ctx, `CREATE DATABASE `+name); err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
@@ -254,6 +252,11 @@ func dropDatabase(name string) error {
 		return err
 	}
 	defer admin.Close()
+	return dropOn(ctx, admin, name)
+}
+
+// dropOn drops the database name through admin, closing its connections.
+func dropOn(ctx context.Context, admin *sql.DB, name string) error {
 	if _, err := admin.ExecContext(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`); err != nil {
 		return fmt.Errorf("drop %s: %w", name, err)
 	}
@@ -295,7 +298,7 @@ func dropStale(ctx context.Context, admin *sql.DB) {
 	}
 	rows.Close()
 	for _, name := range stale {
-		_, _ = admin.ExecContext(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
+		_ = dropOn(ctx, admin, name)
 	}
 }
 
