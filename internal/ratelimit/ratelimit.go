@@ -5,6 +5,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -13,18 +14,24 @@ import (
 
 // Limiter allows perHour requests per key per rolling hour.
 type Limiter struct {
-	l     *redis_rate.Limiter
-	limit redis_rate.Limit
+	l        *redis_rate.Limiter
+	limit    redis_rate.Limit
+	interval time.Duration // GCRA's emission interval: one request refills in it
+	q        queue[*check]
 }
 
 // New returns a limiter of perHour requests per key. The burst equals the
 // hourly budget: a key may spend its hour at once, then refills steadily.
-// Concurrent requests' checks share their round trips to Redis (batcher).
+// Concurrent checks of one key are decided together (coalesce), and the
+// Redis calls of concurrent checks share their round trips (batcher).
 func New(rdb redis.UniversalClient, perHour int) *Limiter {
-	return &Limiter{
-		l:     redis_rate.NewLimiter(&batcher{UniversalClient: rdb}),
-		limit: redis_rate.Limit{Rate: perHour, Burst: perHour, Period: time.Hour},
+	l := &Limiter{
+		l:        redis_rate.NewLimiter(newBatcher(rdb)),
+		limit:    redis_rate.Limit{Rate: perHour, Burst: perHour, Period: time.Hour},
+		interval: time.Hour / time.Duration(perHour),
 	}
+	l.q.run = l.coalesce
+	return l
 }
 
 // Result is the outcome of one Allow.
@@ -35,13 +42,103 @@ type Result struct {
 	RetryAfter time.Duration // when not allowed: until one request fits again
 }
 
+// check is one request's Allow, waiting for its turn in the queue.
+type check struct {
+	ctx  context.Context
+	key  string
+	res  Result
+	err  error
+	done chan struct{}
+}
+
 // Allow spends one request of key's budget.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	res, err := l.l.Allow(ctx, "ratelimit:"+key, l.limit)
-	if err != nil {
-		return Result{}, fmt.Errorf("rate limit: %w", err)
+	c := &check{ctx: ctx, key: "ratelimit:" + key, done: make(chan struct{})}
+	l.q.add(c)
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("rate limit: %w", ctx.Err())
 	}
-	return Result{Allowed: res.Allowed > 0, Limit: l.limit.Burst, Remaining: res.Remaining, RetryAfter: res.RetryAfter}, nil
+}
+
+// coalesce decides the checks queued while the previous ones were in Redis:
+// one decision per key, the keys' decisions at once (their Redis calls go
+// in one pipeline). Checks whose caller has given up are left out.
+func (l *Limiter) coalesce(checks []*check) {
+	byKey := map[string][]*check{}
+	var keys []string
+	for _, c := range checks {
+		if c.ctx.Err() != nil {
+			close(c.done)
+			continue
+		}
+		if byKey[c.key] == nil {
+			keys = append(keys, c.key)
+		}
+		byKey[c.key] = append(byKey[c.key], c)
+	}
+	if len(keys) == 1 {
+		l.decide(byKey[keys[0]])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Go(func() { l.decide(byKey[k]) })
+	}
+	wg.Wait()
+}
+
+// decide spends the budget of n concurrent checks of one key with one GCRA
+// call of cost n, which is exact: n calls of cost 1 at one instant all pass
+// exactly when one of cost n passes, and when it is refused it spends
+// nothing. Refused, its RetryAfter tells how many of the n would have fitted
+// one by one: none when the first would still wait ((n-1) intervals more
+// than the call of cost n), and then every check is refused with the first
+// one's wait. Otherwise some but not all fit, as when a key crosses its
+// limit, and each check is decided alone, with a call of cost 1 of its own.
+func (l *Limiter) decide(cs []*check) {
+	defer func() {
+		for _, c := range cs {
+			close(c.done)
+		}
+	}()
+	n := len(cs)
+	ctx, cancel := patientContext(cs, func(c *check) context.Context { return c.ctx })
+	defer cancel()
+	res, err := l.l.AllowN(ctx, cs[0].key, l.limit, n)
+	if err != nil {
+		for _, c := range cs {
+			c.err = fmt.Errorf("rate limit: %w", err)
+		}
+		return
+	}
+	if res.Allowed > 0 {
+		for i, c := range cs {
+			c.res = Result{Allowed: true, Limit: l.limit.Burst, Remaining: res.Remaining + n - 1 - i}
+		}
+		return
+	}
+	// The margin keeps a float rounding at the boundary on the exact path.
+	if firstWaits := res.RetryAfter - time.Duration(n-1)*l.interval; n == 1 || firstWaits > time.Millisecond {
+		for _, c := range cs {
+			c.res = Result{Limit: l.limit.Burst, RetryAfter: firstWaits}
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() {
+			res, err := l.l.Allow(c.ctx, c.key, l.limit)
+			if err != nil {
+				c.err = fmt.Errorf("rate limit: %w", err)
+				return
+			}
+			c.res = Result{Allowed: res.Allowed > 0, Limit: l.limit.Burst, Remaining: res.Remaining, RetryAfter: res.RetryAfter}
+		})
+	}
+	wg.Wait()
 }
 
 // Window allows n events per key per period (sign-in attempts): GCRA

@@ -120,3 +120,122 @@ func TestScriptFlushed(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// scriptCalls counts the GCRA script calls a client sends (EVALSHA and
+// EVAL), alone or in pipelines.
+type scriptCalls struct{ n atomic.Int64 }
+
+func (s *scriptCalls) count(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if name := c.Name(); name == "evalsha" || name == "eval" {
+			s.n.Add(1)
+		}
+	}
+}
+
+func (s *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (s *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		s.count(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// checkAtOnce runs n concurrent checks of key and returns their results.
+func checkAtOnce(t *testing.T, l *ratelimit.Limiter, key string, n int) []ratelimit.Result {
+	t.Helper()
+	results := make([]ratelimit.Result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			res, err := l.Allow(context.Background(), key)
+			if err != nil {
+				t.Error(err)
+			}
+			results[i] = res
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+// TestSameKeyChecksDecidedTogether: concurrent checks of one key are
+// decided by fewer script calls than checks, and each gets its own place
+// in the budget (Remaining below the limit, none above it).
+func TestSameKeyChecksDecidedTogether(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.Redis(t)
+	calls := &scriptCalls{}
+	rdb.AddHook(calls)
+	l := ratelimit.New(rdb, 1000)
+	key := payments.NewID("key_")
+	results := checkAtOnce(t, l, key, 300)
+	for _, res := range results {
+		if !res.Allowed || res.Remaining < 700 || res.Remaining > 999 {
+			t.Fatalf("got %+v; want allowed with 700 to 999 remaining", res)
+		}
+	}
+	if got := calls.n.Load(); got >= 300 {
+		t.Errorf("300 concurrent checks of one key took %d script calls; want fewer", got)
+	}
+	t.Logf("300 concurrent checks: %d script calls", calls.n.Load())
+}
+
+// TestRefusedTogether: once a key's budget is spent, concurrent checks are
+// refused by one script call, each with the wait of a single check: no
+// more than one emission interval (an hour / the limit).
+func TestRefusedTogether(t *testing.T) {
+	t.Parallel()
+	const limit = 10 // one request refills every 6 minutes
+	rdb := testenv.Redis(t)
+	l := ratelimit.New(rdb, limit)
+	key := payments.NewID("key_")
+	for i := range limit {
+		if res, err := l.Allow(context.Background(), key); err != nil || !res.Allowed {
+			t.Fatalf("check %d: got %+v, %v; want allowed", i, res, err)
+		}
+	}
+	calls := &scriptCalls{}
+	rdb.AddHook(calls)
+	for _, res := range checkAtOnce(t, l, key, 50) {
+		if res.Allowed || res.Remaining != 0 || res.RetryAfter <= 5*time.Minute || res.RetryAfter > 6*time.Minute {
+			t.Fatalf("got %+v; want refused with a RetryAfter of about 6 minutes", res)
+		}
+	}
+	if got := calls.n.Load(); got >= 50 {
+		t.Errorf("50 refused checks took %d script calls; want fewer", got)
+	}
+}
+
+// TestCrossingTheLimitTogether: concurrent checks that cross the limit get
+// exactly the budget that was left, no more and no fewer.
+func TestCrossingTheLimitTogether(t *testing.T) {
+	t.Parallel()
+	const limit, spent, concurrent = 100, 93, 40
+	l := ratelimit.New(testenv.Redis(t), limit)
+	key := payments.NewID("key_")
+	for i := range spent {
+		if res, err := l.Allow(context.Background(), key); err != nil || !res.Allowed {
+			t.Fatalf("check %d: got %+v, %v; want allowed", i, res, err)
+		}
+	}
+	allowed := 0
+	for _, res := range checkAtOnce(t, l, key, concurrent) {
+		if res.Allowed {
+			allowed++
+		} else if res.RetryAfter <= 0 {
+			t.Errorf("refused %+v without a RetryAfter", res)
+		}
+	}
+	if allowed != limit-spent {
+		t.Errorf("got %d of %d concurrent checks allowed with %d left; want exactly %d", allowed, concurrent, limit-spent, limit-spent)
+	}
+}
