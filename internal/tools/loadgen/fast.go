@@ -1,7 +1,7 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	mrand "math/rand/v2"
 	"net"
 	"net/url"
@@ -24,17 +24,8 @@ func newFastClient(c config) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
 		Addr:  addr,
 		IsTLS: u.Scheme == "https",
-		// Checked again at connect time, so a name that resolves elsewhere is refused too.
 		Dial: func(addr string) (net.Conn, error) {
-			conn, err := dialer.Dial("tcp", addr)
-			if err != nil {
-				return nil, err
-			}
-			if ta, ok := conn.RemoteAddr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
-				conn.Close()
-				return nil, fmt.Errorf("refusing non-loopback address %s", conn.RemoteAddr())
-			}
-			return conn, nil
+			return dialLoopback(context.Background(), dialer, addr)
 		},
 		MaxConns:                  c.conns,
 		MaxConnWaitTimeout:        c.timeout,

@@ -300,20 +300,26 @@ func readIDs(path string) ([]idLine, error) {
 	return ids, nil
 }
 
+// dialLoopback dials addr over TCP and refuses the connection unless its
+// peer is a loopback address: the URL's host was checked, and this checks
+// again at connect time, so a name that resolves elsewhere is refused too.
+func dialLoopback(ctx context.Context, dialer *net.Dialer, addr string) (net.Conn, error) {
+	conn, err := dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if ta, ok := conn.RemoteAddr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
+		conn.Close()
+		return nil, fmt.Errorf("refusing non-loopback address %s", conn.RemoteAddr())
+	}
+	return conn, nil
+}
+
 func newClient(c config) *http.Client {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		// Checked again at connect time, so a name that resolves elsewhere is refused too.
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			conn, err := dialer.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			if ta, ok := conn.RemoteAddr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
-				conn.Close()
-				return nil, fmt.Errorf("refusing non-loopback address %s", conn.RemoteAddr())
-			}
-			return conn, nil
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return dialLoopback(ctx, dialer, addr)
 		},
 		MaxIdleConns:          c.conns,
 		MaxIdleConnsPerHost:   c.conns,
@@ -478,13 +484,9 @@ func (g *generator) idleOne(ctx context.Context, dialer *net.Dialer, rng *mrand.
 	if err != nil {
 		return nil, err
 	}
-	conn, err := dialer.DialContext(ctx, "tcp", req.URL.Host)
+	conn, err := dialLoopback(ctx, dialer, req.URL.Host)
 	if err != nil {
 		return nil, err
-	}
-	if ta, ok := conn.RemoteAddr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
-		conn.Close()
-		return nil, fmt.Errorf("refusing non-loopback address %s", conn.RemoteAddr())
 	}
 	conn.SetDeadline(time.Now().Add(g.cfg.timeout)) //nolint:errcheck // a plain TCP conn
 	if err := req.Write(conn); err != nil {
