@@ -13,13 +13,12 @@ package worker_test
 // these have finished.
 //
 // The exceptions are the tests that kill a worker process and wait about a
-// minute for asynq's recoverer (the ...AfterWorkerKilled tests): they are
-// parallel, each on a PostgreSQL database and a Redis database of its own
+// minute for asynq's recoverer (TestAfterWorkerKilled's subtests): they run
+// in parallel, each on a PostgreSQL database and a Redis database of its own
 // (newDeliveryStackOn with testenv.OwnDatabaseURL and OwnRedisURL), so no
 // other test's server takes their tasks and no other test's worker relays
 // their rows, nor theirs the others'. They pass the worker its environment
 // through startWorkerProcess, as a parallel test may not call t.Setenv.
-// go test runs at most -parallel (GOMAXPROCS by default) of them at once.
 
 import (
 	"bytes"
@@ -1277,11 +1276,30 @@ func (l *lockedWriter) String() string {
 	return l.w.String()
 }
 
-func TestDeliverRecoversAfterWorkerKilled(t *testing.T) {
+// TestAfterWorkerKilled runs the tests that kill a worker mid-task, all at
+// once: each spends about a minute waiting for asynq's recoverer. As
+// parallel tests, -parallel (GOMAXPROCS by default: 2 on a 2-core machine)
+// would run only two at a time; subtests started from goroutines without
+// t.Parallel do not count against it.
+func TestAfterWorkerKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits about a minute for asynq's lease recovery")
 	}
 	t.Parallel()
+	var wg sync.WaitGroup
+	for name, test := range map[string]func(*testing.T){
+		"Refund":   refundExactlyOnceAfterWorkerKilled,
+		"Delivery": deliverRecoversAfterWorkerKilled,
+		"Renewal":  renewalExactlyOnceAfterWorkerKilled,
+	} {
+		wg.Go(func() { t.Run(name, test) })
+	}
+	wg.Wait()
+}
+
+// deliverRecoversAfterWorkerKilled: a worker killed while its delivery's
+// request is in flight; the next worker delivers it once the lease ends.
+func deliverRecoversAfterWorkerKilled(t *testing.T) {
 	bin := buildWorker(t)
 	s := newDeliveryStackOn(t, testenv.OwnDatabaseURL(t), testenv.OwnRedisURL(t))
 	sc := payments.Scope{MerchantID: s.merchant(t, "Crash shop")}

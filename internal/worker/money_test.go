@@ -6,8 +6,8 @@ package worker_test
 // refunds into sandbox_refunds. Not parallel, for the reason given in
 // delivery_test.go: the asynq servers of this test binary share one Redis
 // database, which newDeliveryStack flushes.
-// TestRefundExactlyOnceAfterWorkerKilled is the exception: it is parallel,
-// on databases of its own.
+// TestAfterWorkerKilled/Refund is the exception: it is parallel, on
+// databases of its own.
 
 import (
 	"context"
@@ -575,11 +575,7 @@ func TestRefundExecutedThroughQueue(t *testing.T) {
 	}
 }
 
-func TestRefundExactlyOnceAfterWorkerKilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits about a minute for asynq's lease recovery")
-	}
-	t.Parallel()
+func refundExactlyOnceAfterWorkerKilled(t *testing.T) {
 	bin := buildWorker(t)
 	s := newDeliveryStackOn(t, testenv.OwnDatabaseURL(t), testenv.OwnRedisURL(t))
 	sc := payments.Scope{MerchantID: s.merchant(t, "Killed refund shop")}

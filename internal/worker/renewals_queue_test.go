@@ -4,8 +4,8 @@ package worker_test
 // enqueued after commit; the relay re-enqueues it after Redis lost it; a
 // worker killed in the middle of the processor call leaves the charge to
 // the next one, which gets the processor's recorded answer. Not parallel
-// (see money_test.go), except TestRenewalExactlyOnceAfterWorkerKilled,
-// which is parallel on databases of its own.
+// (see money_test.go), except TestAfterWorkerKilled/Renewal, which is
+// parallel on databases of its own.
 
 import (
 	"context"
@@ -142,11 +142,7 @@ func TestRenewalAfterRedisFlushAndDuplicatedTask(t *testing.T) {
 // A worker killed after the processor charged the card, before it
 // recorded the charge: the next worker runs the same attempt, the sandbox
 // answers from its record, and the renewal is recorded once.
-func TestRenewalExactlyOnceAfterWorkerKilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits about a minute for asynq's lease recovery")
-	}
-	t.Parallel()
+func renewalExactlyOnceAfterWorkerKilled(t *testing.T) {
 	bin := buildWorker(t)
 	s := newDeliveryStackOn(t, testenv.OwnDatabaseURL(t), testenv.OwnRedisURL(t))
 	sc := payments.Scope{MerchantID: s.merchant(t, "Killed renewal shop")}
