@@ -51,34 +51,31 @@ func (b *batcher) EvalSha(ctx context.Context, sha string, keys []string, args .
 	}
 }
 
-// exec runs calls in one pipeline. Commands whose caller has given up are
-// left out. The pipeline may take as long as the most patient caller.
+func (c *evalCall) callerCtx() context.Context { return c.ctx }
+
+func (c *evalCall) giveUp(err error) {
+	c.cmd = redis.NewCmd(c.ctx)
+	c.cmd.SetErr(err)
+	close(c.done)
+}
+
+// exec runs calls in one pipeline, which may take as long as the most
+// patient caller.
 func (b *batcher) exec(calls []*evalCall) {
-	live := calls[:0]
-	for _, c := range calls {
-		if c.ctx.Err() != nil {
-			close(c.done)
-			continue
-		}
-		live = append(live, c)
-	}
-	switch len(live) {
-	case 0:
-		return
-	case 1: // no pipeline to build
-		c := live[0]
+	if len(calls) == 1 { // no pipeline to build
+		c := calls[0]
 		c.cmd = b.UniversalClient.EvalSha(c.ctx, c.sha, c.keys, c.args...)
 		close(c.done)
 		return
 	}
-	ctx, cancel := patientContext(live, func(c *evalCall) context.Context { return c.ctx })
+	ctx, cancel := patientContext(calls)
 	defer cancel()
 	pipe := b.Pipeline()
-	for _, c := range live {
+	for _, c := range calls {
 		c.cmd = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for _, c := range live {
+	for _, c := range calls {
 		close(c.done)
 	}
 }

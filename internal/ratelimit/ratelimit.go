@@ -51,6 +51,13 @@ type check struct {
 	done chan struct{}
 }
 
+func (c *check) callerCtx() context.Context { return c.ctx }
+
+func (c *check) giveUp(err error) {
+	c.err = fmt.Errorf("rate limit: %w", err)
+	close(c.done)
+}
+
 // Allow spends one request of key's budget.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	c := &check{ctx: ctx, key: "ratelimit:" + key, done: make(chan struct{})}
@@ -65,15 +72,11 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 
 // coalesce decides the checks queued while the previous ones were in Redis:
 // one decision per key, the keys' decisions at once (their Redis calls go
-// in one pipeline). Checks whose caller has given up are left out.
+// in one pipeline).
 func (l *Limiter) coalesce(checks []*check) {
 	byKey := map[string][]*check{}
 	var keys []string
 	for _, c := range checks {
-		if c.ctx.Err() != nil {
-			close(c.done)
-			continue
-		}
 		if byKey[c.key] == nil {
 			keys = append(keys, c.key)
 		}
@@ -91,13 +94,15 @@ func (l *Limiter) coalesce(checks []*check) {
 }
 
 // decide spends the budget of n concurrent checks of one key with one GCRA
-// call of cost n, which is exact: n calls of cost 1 at one instant all pass
+// call of cost n, which is exact (to redis_rate's float rounding, well under
+// Redis's microsecond clock): n calls of cost 1 at one instant all pass
 // exactly when one of cost n passes, and when it is refused it spends
 // nothing. Refused, its RetryAfter tells how many of the n would have fitted
-// one by one: none when the first would still wait ((n-1) intervals more
-// than the call of cost n), and then every check is refused with the first
-// one's wait. Otherwise some but not all fit, as when a key crosses its
-// limit, and each check is decided alone, with a call of cost 1 of its own.
+// one by one: none when even the first would still wait (the call of cost n
+// waits n-1 intervals longer than the first call of cost 1 would), and then
+// every check is refused with the first one's wait. Otherwise some but not
+// all fit, as when a key crosses its limit, and each check is decided
+// alone, with a call of cost 1 of its own.
 func (l *Limiter) decide(cs []*check) {
 	defer func() {
 		for _, c := range cs {
@@ -105,7 +110,7 @@ func (l *Limiter) decide(cs []*check) {
 		}
 	}()
 	n := len(cs)
-	ctx, cancel := patientContext(cs, func(c *check) context.Context { return c.ctx })
+	ctx, cancel := patientContext(cs)
 	defer cancel()
 	res, err := l.l.AllowN(ctx, cs[0].key, l.limit, n)
 	if err != nil {
@@ -135,7 +140,10 @@ func (l *Limiter) decide(cs []*check) {
 				c.err = fmt.Errorf("rate limit: %w", err)
 				return
 			}
-			c.res = Result{Allowed: res.Allowed > 0, Limit: l.limit.Burst, Remaining: res.Remaining, RetryAfter: res.RetryAfter}
+			c.res = Result{Allowed: res.Allowed > 0, Limit: l.limit.Burst, Remaining: res.Remaining}
+			if !c.res.Allowed {
+				c.res.RetryAfter = res.RetryAfter
+			}
 		})
 	}
 	wg.Wait()
