@@ -239,26 +239,3 @@ func TestCrossingTheLimitTogether(t *testing.T) {
 		t.Errorf("got %d of %d concurrent checks allowed with %d left; want exactly %d", allowed, concurrent, limit-spent, limit-spent)
 	}
 }
-
-// TestGivenUpChecksAnswerAnError: a check whose caller's context has ended
-// gets an error, never an empty refusal, whichever of its answer and its
-// context its caller finds first (the queue answers such checks itself).
-func TestGivenUpChecksAnswerAnError(t *testing.T) {
-	t.Parallel()
-	l := ratelimit.New(testenv.Redis(t), 1000)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	var wg sync.WaitGroup
-	var empty atomic.Int64
-	for range 20000 {
-		wg.Go(func() {
-			if _, err := l.Allow(ctx, "key_gone"); err == nil {
-				empty.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if n := empty.Load(); n != 0 {
-		t.Errorf("%d of 20,000 checks with an ended context came back without an error", n)
-	}
-}
