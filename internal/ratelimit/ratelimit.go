@@ -14,10 +14,9 @@ import (
 
 // Limiter allows perHour requests per key per rolling hour.
 type Limiter struct {
-	l        *redis_rate.Limiter
-	limit    redis_rate.Limit
-	interval time.Duration // GCRA's emission interval: one request refills in it
-	q        queue[*check]
+	l     *redis_rate.Limiter
+	limit redis_rate.Limit
+	q     queue[*check]
 }
 
 // New returns a limiter of perHour requests per key. The burst equals the
@@ -26,9 +25,8 @@ type Limiter struct {
 // Redis calls of concurrent checks share their round trips (batcher).
 func New(rdb redis.UniversalClient, perHour int) *Limiter {
 	l := &Limiter{
-		l:        redis_rate.NewLimiter(newBatcher(rdb)),
-		limit:    redis_rate.Limit{Rate: perHour, Burst: perHour, Period: time.Hour},
-		interval: time.Hour / time.Duration(perHour),
+		l:     redis_rate.NewLimiter(newBatcher(rdb)),
+		limit: redis_rate.Limit{Rate: perHour, Burst: perHour, Period: time.Hour},
 	}
 	l.q.run = l.coalesce
 	return l
@@ -125,8 +123,10 @@ func (l *Limiter) decide(cs []*check) {
 		}
 		return
 	}
-	// The margin keeps a float rounding at the boundary on the exact path.
-	if firstWaits := res.RetryAfter - time.Duration(n-1)*l.interval; n == 1 || firstWaits > time.Millisecond {
+	// GCRA's emission interval: one request refills in it. The margin keeps
+	// a float rounding at the boundary on the exact path.
+	interval := l.limit.Period / time.Duration(l.limit.Rate)
+	if firstWaits := res.RetryAfter - time.Duration(n-1)*interval; n == 1 || firstWaits > time.Millisecond {
 		for _, c := range cs {
 			c.res = Result{Limit: l.limit.Burst, RetryAfter: firstWaits}
 		}

@@ -347,7 +347,7 @@ type generator struct {
 	seq    atomic.Int64         // {n}
 
 	header     http.Header
-	dynHeaders [][2]string // headers whose value holds {n}
+	dynHeaders [][2]string // headers whose value holds {n} or {key}
 	urlHasN    bool
 	bodyHasN   bool
 	bodyHasID  bool
