@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
+
+	"paysvc/internal/groupcommit"
 )
 
 // batcher is the Redis client redis_rate runs its GCRA script through: the
@@ -19,12 +21,12 @@ import (
 // to the client.
 type batcher struct {
 	redis.UniversalClient
-	q queue[*evalCall]
+	q groupcommit.Queue[*evalCall]
 }
 
 func newBatcher(rdb redis.UniversalClient) *batcher {
 	b := &batcher{UniversalClient: rdb}
-	b.q.run = b.exec
+	b.q.Run = b.exec
 	return b
 }
 
@@ -40,7 +42,7 @@ type evalCall struct {
 // EvalSha queues the command for the next pipeline and waits for its reply.
 func (b *batcher) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	c := &evalCall{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
-	b.q.add(c)
+	b.q.Add(c)
 	select {
 	case <-c.done:
 		return c.cmd
@@ -51,9 +53,9 @@ func (b *batcher) EvalSha(ctx context.Context, sha string, keys []string, args .
 	}
 }
 
-func (c *evalCall) callerCtx() context.Context { return c.ctx }
+func (c *evalCall) CallerCtx() context.Context { return c.ctx }
 
-func (c *evalCall) giveUp(err error) {
+func (c *evalCall) GiveUp(err error) {
 	c.cmd = redis.NewCmd(c.ctx)
 	c.cmd.SetErr(err)
 	close(c.done)
@@ -68,7 +70,7 @@ func (b *batcher) exec(calls []*evalCall) {
 		close(c.done)
 		return
 	}
-	ctx, cancel := patientContext(calls)
+	ctx, cancel := groupcommit.PatientContext(calls)
 	defer cancel()
 	pipe := b.Pipeline()
 	for _, c := range calls {

@@ -10,13 +10,15 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+
+	"paysvc/internal/groupcommit"
 )
 
 // Limiter allows perHour requests per key per rolling hour.
 type Limiter struct {
 	l     *redis_rate.Limiter
 	limit redis_rate.Limit
-	q     queue[*check]
+	q     groupcommit.Queue[*check]
 }
 
 // New returns a limiter of perHour requests per key. The burst equals the
@@ -28,7 +30,7 @@ func New(rdb redis.UniversalClient, perHour int) *Limiter {
 		l:     redis_rate.NewLimiter(newBatcher(rdb)),
 		limit: redis_rate.Limit{Rate: perHour, Burst: perHour, Period: time.Hour},
 	}
-	l.q.run = l.coalesce
+	l.q.Run = l.coalesce
 	return l
 }
 
@@ -49,9 +51,9 @@ type check struct {
 	done chan struct{}
 }
 
-func (c *check) callerCtx() context.Context { return c.ctx }
+func (c *check) CallerCtx() context.Context { return c.ctx }
 
-func (c *check) giveUp(err error) {
+func (c *check) GiveUp(err error) {
 	c.err = fmt.Errorf("rate limit: %w", err)
 	close(c.done)
 }
@@ -59,7 +61,7 @@ func (c *check) giveUp(err error) {
 // Allow spends one request of key's budget.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	c := &check{ctx: ctx, key: "ratelimit:" + key, done: make(chan struct{})}
-	l.q.add(c)
+	l.q.Add(c)
 	select {
 	case <-c.done:
 		return c.res, c.err
@@ -108,7 +110,7 @@ func (l *Limiter) decide(cs []*check) {
 		}
 	}()
 	n := len(cs)
-	ctx, cancel := patientContext(cs)
+	ctx, cancel := groupcommit.PatientContext(cs)
 	defer cancel()
 	res, err := l.l.AllowN(ctx, cs[0].key, l.limit, n)
 	if err != nil {
