@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"sync/atomic"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
@@ -39,4 +40,17 @@ func IndexPartition(ctx context.Context, db *sql.DB, table, name, def, part stri
 // DropEmptied exposes dropEmptied: table is not quoted.
 func (s *Store) DropEmptied(ctx context.Context, table string) error {
 	return s.dropEmptied(ctx, true, pq.QuoteIdentifier(table))
+}
+
+// CountProductReadRuns counts the runs of the store's product-read queue
+// from now on, and the reads they answered. Call it before any read.
+func (s *Store) CountProductReadRuns() (runs, reads *atomic.Int64) {
+	runs, reads = new(atomic.Int64), new(atomic.Int64)
+	run := s.productReads.Run
+	s.productReads.Run = func(rs []*productRead) {
+		runs.Add(1)
+		reads.Add(int64(len(rs)))
+		run(rs)
+	}
+	return runs, reads
 }

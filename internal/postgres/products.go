@@ -95,9 +95,13 @@ func (s *Store) CreateProduct(ctx context.Context, sc payments.Scope, p payments
 	return nil
 }
 
-// Product returns one product of the scope.
+// Product returns one product of the scope. Outside a request's transaction
+// it reads it with the reads queued beside it (see productreads.go).
 func (s *Store) Product(ctx context.Context, sc payments.Scope, id string) (payments.Product, error) {
-	return s.product(ctx, &s.q, sc, id, productByID)
+	if requestTxOf(ctx) != nil {
+		return s.product(ctx, &s.q, sc, id, productByID)
+	}
+	return s.readProduct(ctx, sc, id)
 }
 
 // productByID and productForUpdate are constants, so that the prepared

@@ -18,6 +18,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq" // the driver
 
+	"paysvc/internal/groupcommit"
 	"paysvc/internal/payments"
 )
 
@@ -35,6 +36,9 @@ type Store struct {
 	// upsert uses the pool): were every connection held by a request
 	// waiting for another, none would ever come back.
 	requestSlots chan struct{}
+	// productReads: the product reads of concurrent requests, read together
+	// (readProducts).
+	productReads groupcommit.Queue[*productRead]
 }
 
 // OnCommit sets the hook told of new jobs after their transaction commits.
@@ -60,6 +64,7 @@ func New(db *sqlx.DB) *Store {
 		s.requestSlots = make(chan struct{}, max(1, n-max(1, n/4)))
 	}
 	s.q.spare = n == 0 || n >= 2
+	s.productReads.Run = s.readProducts
 	return s
 }
 

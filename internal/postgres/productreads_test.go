@@ -1,0 +1,173 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
+	"paysvc/internal/testenv"
+)
+
+// readsStore is a store on the test database with two merchants.
+func readsStore(t *testing.T) (*postgres.Store, payments.Scope, payments.Scope) {
+	t.Helper()
+	store := postgres.New(testenv.DB(t))
+	var scs [2]payments.Scope
+	for i := range scs {
+		m := payments.Merchant{ID: payments.NewID("mch_"), Name: t.Name(), Plan: payments.PlanFree, Created: time.Now()}
+		if err := store.CreateMerchant(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		scs[i] = payments.Scope{MerchantID: m.ID}
+	}
+	return store, scs[0], scs[1]
+}
+
+func createProduct(t *testing.T, store *postgres.Store, sc payments.Scope, name string, amount int64) payments.Product {
+	t.Helper()
+	p := payments.Product{ID: payments.NewID("prod_"), Live: sc.Live, Name: name, Active: true,
+		Images: []string{}, Metadata: map[string]string{"name": name}, Created: time.Now().Truncate(time.Microsecond)}
+	if amount > 0 {
+		p.DefaultPrice = &payments.Price{ID: payments.NewID("price_"), ProductID: p.ID, Amount: amount, Currency: "usd", Created: p.Created}
+	}
+	if err := store.CreateProduct(context.Background(), sc, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestConcurrentProductReadsShareStatements: reads made at once go to
+// PostgreSQL together, far fewer statements than reads, and each still
+// gets exactly its own answer: its product in its own scope, not found for
+// another merchant's or the other mode's, and a product of its own to
+// change even when others asked for the same one.
+func TestConcurrentProductReadsShareStatements(t *testing.T) {
+	t.Parallel()
+	store, a, b := readsStore(t)
+	aLive := payments.Scope{MerchantID: a.MerchantID, Live: true}
+	withPrice := createProduct(t, store, a, "with price", 1500)
+	noPrice := createProduct(t, store, a, "no price", 0)
+	ofB := createProduct(t, store, b, "of b", 700)
+	live := createProduct(t, store, aLive, "live", 900)
+	cases := []struct {
+		sc   payments.Scope
+		id   string
+		want *payments.Product // nil: not found
+	}{
+		{a, withPrice.ID, &withPrice},
+		{a, noPrice.ID, &noPrice},
+		{a, ofB.ID, nil},
+		{b, ofB.ID, &ofB},
+		{b, withPrice.ID, nil},
+		{a, live.ID, nil},
+		{aLive, live.ID, &live},
+		{aLive, withPrice.ID, nil},
+		{a, "prod_missing", nil},
+	}
+	runs, reads := store.CountProductReadRuns()
+
+	const n = 450
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		c := cases[i%len(cases)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs <- checkRead(store, c.sc, c.id, c.want, strconv.Itoa(i))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if reads.Load() != n {
+		t.Errorf("%d reads queued, want %d", reads.Load(), n)
+	}
+	if runs.Load() > n/4 {
+		t.Errorf("%d reads made at once took %d statements; want them shared", n, runs.Load())
+	}
+	t.Logf("%d reads in %d runs", n, runs.Load())
+}
+
+// checkRead reads id in sc and compares it with want, then marks the
+// product it got as reader's: no other reader may see the mark.
+func checkRead(store *postgres.Store, sc payments.Scope, id string, want *payments.Product, reader string) error {
+	got, err := store.Product(context.Background(), sc, id)
+	if want == nil {
+		if payments.ErrorCode(err) != payments.ProductNotFound {
+			return fmt.Errorf("%s in %+v: got %q, %v; want product_not_found", id, sc, got.ID, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s in %+v: %v", id, sc, err)
+	}
+	if got.ID != want.ID || got.Name != want.Name || got.Live != want.Live || got.Metadata["name"] != want.Name ||
+		(want.DefaultPrice == nil) != (got.DefaultPrice == nil) ||
+		(want.DefaultPrice != nil && (got.DefaultPrice.ID != want.DefaultPrice.ID || got.DefaultPrice.Amount != want.DefaultPrice.Amount)) {
+		return fmt.Errorf("%s in %+v: got %+v, want %+v", id, sc, got, *want)
+	}
+	got.Metadata["reader"] = reader
+	if got.Metadata["reader"] != reader {
+		return fmt.Errorf("%s: reader %s's product was changed by another", id, reader)
+	}
+	return nil
+}
+
+// TestProductReadSeesEarlierWrites: while other reads keep the queue busy,
+// a product created by a call that has returned is found by the next read:
+// a read never rides a statement that started before it was made.
+func TestProductReadSeesEarlierWrites(t *testing.T) {
+	t.Parallel()
+	store, a, _ := readsStore(t)
+	busy := createProduct(t, store, a, "busy", 100)
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if _, err := store.Product(ctx, a, busy.ID); err != nil && ctx.Err() == nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer stop()
+	for i := range 200 {
+		p := createProduct(t, store, a, "new "+strconv.Itoa(i), 0)
+		if _, err := store.Product(context.Background(), a, p.ID); err != nil {
+			t.Fatalf("product %d, created before the read: %v", i, err)
+		}
+	}
+}
+
+// TestGivenUpProductReadsAnswerAnError: a read whose caller's context has
+// ended comes back with the context's error, never an empty product without
+// one, whichever of its answer and its context the caller sees first.
+func TestGivenUpProductReadsAnswerAnError(t *testing.T) {
+	t.Parallel()
+	store, a, _ := readsStore(t)
+	p := createProduct(t, store, a, "p", 100)
+	if n := testenv.CallGivenUp(func(ctx context.Context) bool {
+		_, err := store.Product(ctx, a, p.ID)
+		return errors.Is(err, context.Canceled)
+	}); n != 0 {
+		t.Errorf("%d of 20,000 reads with an ended context came back without its error", n)
+	}
+}
