@@ -8,6 +8,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 
+	"paysvc/internal/groupcommit"
 	"paysvc/internal/payments"
 )
 
@@ -42,15 +43,19 @@ func (s *Store) DropEmptied(ctx context.Context, table string) error {
 	return s.dropEmptied(ctx, true, pq.QuoteIdentifier(table))
 }
 
-// CountProductReadRuns counts the runs of the store's product-read queue
-// from now on, and the reads they answered. Call it before any read.
-func (s *Store) CountProductReadRuns() (runs, reads *atomic.Int64) {
+// CountProductReadRuns and CountProductPageRuns count the runs of the
+// store's product-read and product-page queues from now on, and the reads
+// they answered. Call them before any read.
+func (s *Store) CountProductReadRuns() (runs, reads *atomic.Int64) { return countRuns(&s.productReads) }
+func (s *Store) CountProductPageRuns() (runs, reads *atomic.Int64) { return countRuns(&s.productPages) }
+
+func countRuns[T groupcommit.Waiter](q *groupcommit.Queue[T]) (runs, reads *atomic.Int64) {
 	runs, reads = new(atomic.Int64), new(atomic.Int64)
-	run := s.productReads.Run
-	s.productReads.Run = func(rs []*productRead) {
+	run := q.Run
+	q.Run = func(items []T) {
 		runs.Add(1)
-		reads.Add(int64(len(rs)))
-		run(rs)
+		reads.Add(int64(len(items)))
+		run(items)
 	}
 	return runs, reads
 }

@@ -171,3 +171,92 @@ func TestGivenUpProductReadsAnswerAnError(t *testing.T) {
 		t.Errorf("%d of 20,000 reads with an ended context came back without its error", n)
 	}
 }
+
+// TestConcurrentProductPagesShareStatements: list pages asked for at once
+// go to PostgreSQL together, and each is exactly the page it is alone:
+// first pages and pages after a cursor, of several sizes, merchants and
+// modes, the list's end, and a cursor of another merchant's (an error).
+func TestConcurrentProductPagesShareStatements(t *testing.T) {
+	t.Parallel()
+	store, a, b := readsStore(t)
+	aLive := payments.Scope{MerchantID: a.MerchantID, Live: true}
+	var ofA, ofB []payments.Product
+	for i := range 25 {
+		ofA = append(ofA, createProduct(t, store, a, "a"+strconv.Itoa(i), int64(100+i)))
+	}
+	for i := range 3 {
+		ofB = append(ofB, createProduct(t, store, b, "b"+strconv.Itoa(i), 0))
+	}
+	createProduct(t, store, aLive, "live", 900)
+	// ofA is oldest first; a page is newest first.
+	cases := []struct {
+		sc payments.Scope
+		lp payments.ListParams
+	}{
+		{a, payments.ListParams{Limit: 10}},
+		{a, payments.ListParams{Limit: 3}},
+		{a, payments.ListParams{Limit: 100}},
+		{a, payments.ListParams{Limit: 10, StartingAfter: ofA[15].ID}},
+		{a, payments.ListParams{Limit: 20, StartingAfter: ofA[24].ID}},
+		{a, payments.ListParams{Limit: 10, StartingAfter: ofA[0].ID}}, // the end: empty
+		{a, payments.ListParams{Limit: 10, StartingAfter: ofB[1].ID}}, // not a's: an error
+		{b, payments.ListParams{Limit: 10}},
+		{b, payments.ListParams{Limit: 2, StartingAfter: ofB[2].ID}},
+		{aLive, payments.ListParams{Limit: 10}},
+	}
+	type answer struct {
+		ids  []string
+		more bool
+		err  string
+	}
+	answerOf := func(pg payments.Page[payments.Product], err error) answer {
+		if err != nil {
+			return answer{err: err.Error()}
+		}
+		an := answer{more: pg.HasMore, ids: []string{}}
+		for _, p := range pg.Data {
+			an.ids = append(an.ids, p.ID)
+		}
+		return an
+	}
+	alone := make([]answer, len(cases)) // one at a time: each read goes alone
+	for i, c := range cases {
+		alone[i] = answerOf(store.Products(context.Background(), c.sc, c.lp))
+	}
+	if got := alone[0]; len(got.ids) != 10 || got.ids[0] != ofA[24].ID || !got.more {
+		t.Fatalf("a's first page alone: %+v", got)
+	}
+	if got := alone[6]; got.err == "" {
+		t.Fatalf("a page after another merchant's product: %+v, want an error", got)
+	}
+	runs, reads := store.CountProductPageRuns()
+
+	const n = 400
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range n {
+		c, want := cases[i%len(cases)], alone[i%len(cases)]
+		wg.Go(func() {
+			<-start
+			pg, err := store.Products(context.Background(), c.sc, c.lp)
+			if got := answerOf(pg, err); fmt.Sprint(got) != fmt.Sprint(want) {
+				mu.Lock()
+				t.Errorf("%+v %+v together: %+v; alone: %+v", c.sc, c.lp, got, want)
+				mu.Unlock()
+			}
+			for _, p := range pg.Data { // each page's products are its own
+				p.Metadata["reader"] = strconv.Itoa(i)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if reads.Load() != n {
+		t.Errorf("%d pages queued, want %d", reads.Load(), n)
+	}
+	if runs.Load() > n/4 {
+		t.Errorf("%d pages asked for at once took %d runs; want them shared", n, runs.Load())
+	}
+	t.Logf("%d pages in %d runs", n, runs.Load())
+}

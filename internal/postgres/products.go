@@ -123,8 +123,18 @@ func (s *Store) product(ctx context.Context, q sqlx.QueryerContext, sc payments.
 	return r.product()
 }
 
-// Products returns a page of the scope's products, newest first.
+// Products returns a page of the scope's products, newest first. Outside a
+// request's transaction it reads it with the pages queued beside it (see
+// productreads.go).
 func (s *Store) Products(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Product], error) {
+	if requestTxOf(ctx) != nil {
+		return s.productsPage(ctx, sc, lp)
+	}
+	return s.readProductsPage(ctx, sc, lp)
+}
+
+// productsPage reads one page of products by itself.
+func (s *Store) productsPage(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Product], error) {
 	const first = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
 		ORDER BY p.created_at DESC, p.id DESC`
 	const after = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2

@@ -36,9 +36,10 @@ type Store struct {
 	// upsert uses the pool): were every connection held by a request
 	// waiting for another, none would ever come back.
 	requestSlots chan struct{}
-	// productReads: the product reads of concurrent requests, read together
-	// (readProducts).
+	// productReads, productPages: the product reads and product list pages
+	// of concurrent requests, read together (productreads.go).
 	productReads groupcommit.Queue[*productRead]
+	productPages groupcommit.Queue[*pageRead]
 }
 
 // OnCommit sets the hook told of new jobs after their transaction commits.
@@ -65,6 +66,7 @@ func New(db *sqlx.DB) *Store {
 	}
 	s.q.spare = n == 0 || n >= 2
 	s.productReads.Run = s.readProducts
+	s.productPages.Run = s.readProductPages
 	return s
 }
 
