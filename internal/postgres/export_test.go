@@ -43,11 +43,14 @@ func (s *Store) DropEmptied(ctx context.Context, table string) error {
 	return s.dropEmptied(ctx, true, pq.QuoteIdentifier(table))
 }
 
-// CountProductReadRuns and CountProductPageRuns count the runs of the
-// store's product-read and product-page queues from now on, and the reads
-// they answered. Call them before any read.
+// CountProductReadRuns, CountProductPageRuns and CountProductCreateRuns
+// count the runs of the store's product queues from now on, and the calls
+// they answered. Call them before any call.
 func (s *Store) CountProductReadRuns() (runs, reads *atomic.Int64) { return countRuns(&s.productReads) }
 func (s *Store) CountProductPageRuns() (runs, reads *atomic.Int64) { return countRuns(&s.productPages) }
+func (s *Store) CountProductCreateRuns() (runs, creates *atomic.Int64) {
+	return countRuns(&s.productCreates)
+}
 
 func countRuns[T groupcommit.Waiter](q *groupcommit.Queue[T]) (runs, reads *atomic.Int64) {
 	runs, reads = new(atomic.Int64), new(atomic.Int64)

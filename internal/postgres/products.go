@@ -71,9 +71,19 @@ func (r productRow) product() (payments.Product, error) {
 	return p, nil
 }
 
-// CreateProduct inserts a product and its default price in one statement:
-// one round trip, atomic without an explicit transaction.
+// CreateProduct inserts a product and its default price. Outside a request's
+// transaction it does so with the creations queued beside it (see
+// productwrites.go).
 func (s *Store) CreateProduct(ctx context.Context, sc payments.Scope, p payments.Product) error {
+	if requestTxOf(ctx) != nil {
+		return s.insertProduct(ctx, sc, p)
+	}
+	return s.queueProductCreate(ctx, sc, p)
+}
+
+// insertProduct inserts a product and its default price in one statement:
+// one round trip, atomic without an explicit transaction.
+func (s *Store) insertProduct(ctx context.Context, sc payments.Scope, p payments.Product) error {
 	var priceID, currency, taxBehavior any
 	var amount any
 	if dp := p.DefaultPrice; dp != nil {

@@ -40,6 +40,9 @@ type Store struct {
 	// of concurrent requests, read together (productreads.go).
 	productReads groupcommit.Queue[*productRead]
 	productPages groupcommit.Queue[*pageRead]
+	// productCreates: the product creations of concurrent requests, written
+	// together (productwrites.go).
+	productCreates groupcommit.Queue[*productCreate]
 }
 
 // OnCommit sets the hook told of new jobs after their transaction commits.
@@ -67,6 +70,7 @@ func New(db *sqlx.DB) *Store {
 	s.q.spare = n == 0 || n >= 2
 	s.productReads.Run = s.readProducts
 	s.productPages.Run = s.readProductPages
+	s.productCreates.Run = s.createProducts
 	return s
 }
 
