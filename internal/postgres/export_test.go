@@ -52,13 +52,13 @@ func (s *Store) CountProductCreateRuns() (runs, creates *atomic.Int64) {
 	return countRuns(&s.productCreates)
 }
 
-func countRuns[T groupcommit.Waiter](q *groupcommit.Queue[T]) (runs, reads *atomic.Int64) {
-	runs, reads = new(atomic.Int64), new(atomic.Int64)
+func countRuns[In, Out any](q *groupcommit.Queue[In, Out]) (runs, calls *atomic.Int64) {
+	runs, calls = new(atomic.Int64), new(atomic.Int64)
 	run := q.Run
-	q.Run = func(items []T) {
+	q.Run = func(cs []*groupcommit.Call[In, Out]) {
 		runs.Add(1)
-		reads.Add(int64(len(items)))
-		run(items)
+		calls.Add(int64(len(cs)))
+		run(cs)
 	}
-	return runs, reads
+	return runs, calls
 }

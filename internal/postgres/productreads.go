@@ -27,54 +27,19 @@ import (
 // scoped as the single-row one. A read in a request's transaction (an
 // idempotent POST's) runs there, alone, to see that transaction's writes.
 
-// maxProductReads bounds one statement's keys; a longer queue takes several.
-const maxProductReads = 100
+// maxTogether bounds the calls of one statement; a longer queue takes
+// several.
+const maxTogether = 100
 
-// productRead is one Store.Product call waiting for its statement.
-type productRead struct {
-	ctx  context.Context
-	sc   payments.Scope
-	id   string
-	p    payments.Product
-	err  error
-	done chan struct{}
+// productKey is a product read's input.
+type productKey struct {
+	sc payments.Scope
+	id string
 }
 
-func (r *productRead) CallerCtx() context.Context { return r.ctx }
-
-func (r *productRead) GiveUp(err error) {
-	r.err = fmt.Errorf("select product: %w", err)
-	close(r.done)
-}
-
-// readProduct queues the read and waits for its answer or ctx.
-func (s *Store) readProduct(ctx context.Context, sc payments.Scope, id string) (payments.Product, error) {
-	r := &productRead{ctx: ctx, sc: sc, id: id, done: make(chan struct{})}
-	s.productReads.Add(r)
-	select {
-	case <-r.done:
-		return r.p, r.err
-	case <-ctx.Done():
-		return payments.Product{}, fmt.Errorf("select product: %w", ctx.Err())
-	}
-}
-
-// readProducts answers queued reads: one alone by the single-row statement,
-// more by productsByKeys, which may take as long as the most patient caller.
-func (s *Store) readProducts(rs []*productRead) {
-	if len(rs) == 1 {
-		r := rs[0]
-		r.p, r.err = s.product(r.ctx, &s.q, r.sc, r.id, productByID)
-		close(r.done)
-		return
-	}
-	ctx, cancel := groupcommit.PatientContext(rs)
-	defer cancel()
-	for len(rs) > 0 {
-		n := min(len(rs), maxProductReads)
-		s.readProductsTogether(ctx, rs[:n])
-		rs = rs[n:]
-	}
+// productAlone reads one product by itself.
+func (s *Store) productAlone(ctx context.Context, k productKey) (payments.Product, error) {
+	return s.product(ctx, &s.q, k.sc, k.id, productByID)
 }
 
 // productsByKeys reads the products of (merchant, livemode, id) keys, each
@@ -84,46 +49,27 @@ const productsByKeys = `SELECT k.i, ` + productCols + `
 	JOIN products p ON p.merchant_id = k.merchant_id AND p.livemode = k.livemode AND p.id = k.id
 	LEFT JOIN prices dp ON dp.id = p.default_price_id`
 
-// readProductsTogether answers rs with one statement. Reads of the same key
-// share its row; each still gets a product of its own to change.
-func (s *Store) readProductsTogether(ctx context.Context, rs []*productRead) {
-	type key struct {
-		merchant string
-		live     bool
-		id       string
+// readProductsTogether answers reads with one statement. Reads of the same
+// key share its row; each still gets a product of its own to change.
+func (s *Store) readProductsTogether(ctx context.Context, reads []*groupcommit.Call[productKey, payments.Product]) {
+	keys, byKey := groupcommit.Distinct(reads, func(k productKey) productKey { return k })
+	merchants, lives, ids := make([]string, len(keys)), make([]bool, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		merchants[i], lives[i], ids[i] = k.sc.MerchantID, k.sc.Live, k.id
 	}
-	var (
-		merchants, ids []string
-		lives          []bool
-		byKey          = make(map[key]int, len(rs))
-		waiting        = make([][]*productRead, 0, len(rs)) // by ordinal - 1
-	)
-	for _, r := range rs {
-		k := key{r.sc.MerchantID, r.sc.Live, r.id}
-		i, ok := byKey[k]
-		if !ok {
-			i = len(waiting)
-			byKey[k] = i
-			merchants, lives, ids = append(merchants, k.merchant), append(lives, k.live), append(ids, k.id)
-			waiting = append(waiting, nil)
+	err := s.scanByOrdinal(ctx, productsByKeys, []any{pq.Array(merchants), pq.Array(lives), pq.Array(ids)}, len(keys), func(i int, row *productRow) {
+		for _, r := range byKey[i] {
+			r.Answer(row.product())
 		}
-		waiting[i] = append(waiting[i], r)
-	}
-	err := s.scanByOrdinal(ctx, productsByKeys, []any{pq.Array(merchants), pq.Array(lives), pq.Array(ids)}, len(ids), func(i int, row *productRow) {
-		for _, r := range waiting[i] {
-			r.p, r.err = row.product()
-			close(r.done)
-		}
-		waiting[i] = nil
+		byKey[i] = nil
 	})
-	for i, w := range waiting {
-		for _, r := range w {
+	for i, rs := range byKey {
+		for _, r := range rs {
 			if err != nil {
-				r.err = fmt.Errorf("select products: %w", err)
+				r.Answer(payments.Product{}, fmt.Errorf("select products: %w", err))
 			} else {
-				r.err = payments.NotFound(payments.ProductNotFound, ids[i])
+				r.Answer(payments.Product{}, payments.NotFound(payments.ProductNotFound, ids[i]))
 			}
-			close(r.done)
 		}
 	}
 }
@@ -160,33 +106,15 @@ func (s *Store) scanByOrdinal(ctx context.Context, query string, args []any, key
 // comes back empty (the list's end, or a cursor that is not the merchant's)
 // is read again alone, so that it gets the answer it always got.
 
-// pageRead is one Store.Products call waiting for its statement.
-type pageRead struct {
-	ctx  context.Context
-	sc   payments.Scope
-	lp   payments.ListParams
-	page payments.Page[payments.Product]
-	err  error
-	done chan struct{}
+// pageKey is a products page read's input.
+type pageKey struct {
+	sc payments.Scope
+	lp payments.ListParams
 }
 
-func (r *pageRead) CallerCtx() context.Context { return r.ctx }
-
-func (r *pageRead) GiveUp(err error) {
-	r.err = fmt.Errorf("select products: %w", err)
-	close(r.done)
-}
-
-// readProductsPage queues the page's read and waits for it or ctx.
-func (s *Store) readProductsPage(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Product], error) {
-	r := &pageRead{ctx: ctx, sc: sc, lp: lp, done: make(chan struct{})}
-	s.productPages.Add(r)
-	select {
-	case <-r.done:
-		return r.page, r.err
-	case <-ctx.Done():
-		return payments.Page[payments.Product]{}, fmt.Errorf("select products: %w", ctx.Err())
-	}
+// productsPageAlone reads one page by itself.
+func (s *Store) productsPageAlone(ctx context.Context, k pageKey) (payments.Page[payments.Product], error) {
+	return s.productsPage(ctx, k.sc, k.lp)
 }
 
 // pagesStatement is one statement of pages: first pages or pages after a
@@ -196,28 +124,16 @@ type pagesStatement struct {
 	rows  int
 }
 
-// readProductPages answers queued page reads: one alone as productsPage
-// does, more by one statement per pagesStatement.
-func (s *Store) readProductPages(rs []*pageRead) {
-	if len(rs) == 1 {
-		r := rs[0]
-		r.page, r.err = s.productsPage(r.ctx, r.sc, r.lp)
-		close(r.done)
-		return
-	}
-	ctx, cancel := groupcommit.PatientContext(rs)
-	defer cancel()
-	byStatement := make(map[pagesStatement][]*pageRead)
-	for _, r := range rs {
-		st := pagesStatement{after: r.lp.StartingAfter != "", rows: pageSize(r.lp.Limit)}
-		byStatement[st] = append(byStatement[st], r)
-	}
-	for st, rs := range byStatement {
-		for len(rs) > 0 {
-			n := min(len(rs), maxProductReads)
-			s.readProductPagesTogether(ctx, st, rs[:n])
-			rs = rs[n:]
-		}
+type pageCall = groupcommit.Call[pageKey, payments.Page[payments.Product]]
+
+// readProductPagesTogether answers page reads with one statement per
+// pagesStatement among them.
+func (s *Store) readProductPagesTogether(ctx context.Context, reads []*pageCall) {
+	statements, byStatement := groupcommit.Distinct(reads, func(k pageKey) pagesStatement {
+		return pagesStatement{after: k.lp.StartingAfter != "", rows: pageSize(k.lp.Limit)}
+	})
+	for i, st := range statements {
+		s.readProductPagesOf(ctx, st, byStatement[i])
 	}
 }
 
@@ -245,49 +161,35 @@ func productPagesText(st pagesStatement) string {
 
 var productPageTexts statementTexts[pagesStatement]
 
-// readProductPagesTogether answers rs, all of statement st, with it.
-func (s *Store) readProductPagesTogether(ctx context.Context, st pagesStatement, rs []*pageRead) {
+// readProductPagesOf answers reads, all of statement st, with it.
+func (s *Store) readProductPagesOf(ctx context.Context, st pagesStatement, reads []*pageCall) {
 	type key struct {
-		merchant string
-		live     bool
-		after    string
+		sc    payments.Scope
+		after string
 	}
-	var (
-		merchants, afters []string
-		lives             []bool
-		byKey             = make(map[key]int, len(rs))
-		waiting           = make([][]*pageRead, 0, len(rs)) // by ordinal - 1
-	)
-	for _, r := range rs {
-		k := key{r.sc.MerchantID, r.sc.Live, r.lp.StartingAfter}
-		i, ok := byKey[k]
-		if !ok {
-			i = len(waiting)
-			byKey[k] = i
-			merchants, lives, afters = append(merchants, k.merchant), append(lives, k.live), append(afters, k.after)
-			waiting = append(waiting, nil)
-		}
-		waiting[i] = append(waiting[i], r)
+	keys, byKey := groupcommit.Distinct(reads, func(k pageKey) key { return key{k.sc, k.lp.StartingAfter} })
+	merchants, lives, afters := make([]string, len(keys)), make([]bool, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		merchants[i], lives[i], afters[i] = k.sc.MerchantID, k.sc.Live, k.after
 	}
 	args := []any{pq.Array(merchants), pq.Array(lives)}
 	if st.after {
 		args = append(args, pq.Array(afters))
 	}
-	pages := make([][]productRow, len(waiting))
-	err := s.scanByOrdinal(ctx, productPagesText(st), args, len(waiting), func(i int, row *productRow) {
+	pages := make([][]productRow, len(keys))
+	err := s.scanByOrdinal(ctx, productPagesText(st), args, len(keys), func(i int, row *productRow) {
 		pages[i] = append(pages[i], *row)
 	})
-	for i, w := range waiting {
-		for _, r := range w {
+	for i, rs := range byKey {
+		for _, r := range rs {
 			switch {
 			case err != nil:
-				r.err = fmt.Errorf("select products: %w", err)
+				r.Answer(payments.Page[payments.Product]{}, fmt.Errorf("select products: %w", err))
 			case len(pages[i]) == 0: // the end, or not a cursor: as alone
-				r.page, r.err = s.productsPage(ctx, r.sc, r.lp)
+				r.Answer(s.productsPage(ctx, r.In.sc, r.In.lp))
 			default:
-				r.page, r.err = productsOf(pages[i], r.lp.Limit)
+				r.Answer(productsOf(pages[i], r.In.lp.Limit))
 			}
-			close(r.done)
 		}
 	}
 }

@@ -78,7 +78,8 @@ func (s *Store) CreateProduct(ctx context.Context, sc payments.Scope, p payments
 	if requestTxOf(ctx) != nil {
 		return s.insertProduct(ctx, sc, p)
 	}
-	return s.queueProductCreate(ctx, sc, p)
+	_, err := s.productCreates.Do(ctx, productCreate{sc, p})
+	return err
 }
 
 // insertProduct inserts a product and its default price in one statement:
@@ -111,7 +112,7 @@ func (s *Store) Product(ctx context.Context, sc payments.Scope, id string) (paym
 	if requestTxOf(ctx) != nil {
 		return s.product(ctx, &s.q, sc, id, productByID)
 	}
-	return s.readProduct(ctx, sc, id)
+	return s.productReads.Do(ctx, productKey{sc, id})
 }
 
 // productByID and productForUpdate are constants, so that the prepared
@@ -140,7 +141,7 @@ func (s *Store) Products(ctx context.Context, sc payments.Scope, lp payments.Lis
 	if requestTxOf(ctx) != nil {
 		return s.productsPage(ctx, sc, lp)
 	}
-	return s.readProductsPage(ctx, sc, lp)
+	return s.productPages.Do(ctx, pageKey{sc, lp})
 }
 
 // productsPage reads one page of products by itself.

@@ -27,61 +27,33 @@ import (
 // each creation is tried again alone to get its own answer. A creation in a
 // request's transaction (an idempotent POST's) runs there, alone.
 
-// productCreate is one Store.CreateProduct call waiting for its statement.
+// productCreate is a product creation's input.
 type productCreate struct {
-	ctx  context.Context
-	sc   payments.Scope
-	p    payments.Product
-	err  error
-	done chan struct{}
+	sc payments.Scope
+	p  payments.Product
 }
 
-func (c *productCreate) CallerCtx() context.Context { return c.ctx }
-
-func (c *productCreate) GiveUp(err error) {
-	c.err = fmt.Errorf("insert product: %w", err)
-	close(c.done)
+// createAlone inserts one product by itself.
+func (s *Store) createAlone(ctx context.Context, c productCreate) (struct{}, error) {
+	return struct{}{}, s.insertProduct(ctx, c.sc, c.p)
 }
 
-// queueProductCreate queues the creation and waits for it or ctx.
-func (s *Store) queueProductCreate(ctx context.Context, sc payments.Scope, p payments.Product) error {
-	c := &productCreate{ctx: ctx, sc: sc, p: p, done: make(chan struct{})}
-	s.productCreates.Add(c)
-	select {
-	case <-c.done:
-		return c.err
-	case <-ctx.Done():
-		return fmt.Errorf("insert product: %w", ctx.Err())
-	}
-}
-
-// createProducts answers queued creations: one alone by the single-row
-// statement, more by insertProductsTogether, each alone again if that fails.
-func (s *Store) createProducts(cs []*productCreate) {
-	if len(cs) == 1 {
-		c := cs[0]
-		c.err = s.insertProduct(c.ctx, c.sc, c.p)
-		close(c.done)
-		return
-	}
-	ctx, cancel := groupcommit.PatientContext(cs)
-	defer cancel()
-	for len(cs) > 0 {
-		n := min(len(cs), maxProductReads)
-		err := s.insertProductsTogether(ctx, cs[:n])
-		for _, c := range cs[:n] {
-			if err != nil {
-				c.err = s.insertProduct(c.ctx, c.sc, c.p)
-			}
-			close(c.done)
+// createProductsTogether answers creations with one statement, or, if it
+// fails, each alone.
+func (s *Store) createProductsTogether(ctx context.Context, creates []*groupcommit.Call[productCreate, struct{}]) {
+	err := s.insertProductsTogether(ctx, creates)
+	for _, c := range creates {
+		if err != nil {
+			c.Answer(s.createAlone(c.Ctx(), c.In))
+			continue
 		}
-		cs = cs[n:]
+		c.Answer(struct{}{}, nil)
 	}
 }
 
 // insertProductsTogether inserts the products of cs, and their default
 // prices, in one statement: all of them or none.
-func (s *Store) insertProductsTogether(ctx context.Context, cs []*productCreate) error {
+func (s *Store) insertProductsTogether(ctx context.Context, cs []*groupcommit.Call[productCreate, struct{}]) error {
 	n := len(cs)
 	var (
 		merchants, ids, names, images, metadata, created      = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -92,8 +64,8 @@ func (s *Store) insertProductsTogether(ctx context.Context, cs []*productCreate)
 		amounts                                               = make([]sql.NullInt64, n)
 	)
 	for i, c := range cs {
-		p := c.p
-		merchants[i], lives[i], ids[i], names[i], actives[i] = c.sc.MerchantID, c.sc.Live, p.ID, p.Name, p.Active
+		sc, p := c.In.sc, c.In.p
+		merchants[i], lives[i], ids[i], names[i], actives[i] = sc.MerchantID, sc.Live, p.ID, p.Name, p.Active
 		descriptions[i], urls[i], unitLabels[i] = nullString(p.Description), nullString(p.URL), nullString(p.UnitLabel)
 		descriptors[i], taxCodes[i] = nullString(p.StatementDescriptor), nullString(p.TaxCode)
 		images[i], metadata[i] = jsonb(p.Images), jsonb(p.Metadata)

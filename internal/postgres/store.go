@@ -38,11 +38,11 @@ type Store struct {
 	requestSlots chan struct{}
 	// productReads, productPages: the product reads and product list pages
 	// of concurrent requests, read together (productreads.go).
-	productReads groupcommit.Queue[*productRead]
-	productPages groupcommit.Queue[*pageRead]
+	productReads groupcommit.Queue[productKey, payments.Product]
+	productPages groupcommit.Queue[pageKey, payments.Page[payments.Product]]
 	// productCreates: the product creations of concurrent requests, written
 	// together (productwrites.go).
-	productCreates groupcommit.Queue[*productCreate]
+	productCreates groupcommit.Queue[productCreate, struct{}]
 }
 
 // OnCommit sets the hook told of new jobs after their transaction commits.
@@ -68,9 +68,9 @@ func New(db *sqlx.DB) *Store {
 		s.requestSlots = make(chan struct{}, max(1, n-max(1, n/4)))
 	}
 	s.q.spare = n == 0 || n >= 2
-	s.productReads.Run = s.readProducts
-	s.productPages.Run = s.readProductPages
-	s.productCreates.Run = s.createProducts
+	s.productReads.Run = groupcommit.AloneOrTogether(maxTogether, s.productAlone, s.readProductsTogether)
+	s.productPages.Run = groupcommit.AloneOrTogether(maxTogether, s.productsPageAlone, s.readProductPagesTogether)
+	s.productCreates.Run = groupcommit.AloneOrTogether(maxTogether, s.createAlone, s.createProductsTogether)
 	return s
 }
 

@@ -21,63 +21,48 @@ import (
 // to the client.
 type batcher struct {
 	redis.UniversalClient
-	q groupcommit.Queue[*evalCall]
+	q groupcommit.Queue[evalArgs, *redis.Cmd]
 }
 
 func newBatcher(rdb redis.UniversalClient) *batcher {
 	b := &batcher{UniversalClient: rdb}
-	b.q.Run = b.exec
+	b.q.Run = groupcommit.AloneOrTogether(0, b.evalAlone, b.pipeline)
 	return b
 }
 
-type evalCall struct {
-	ctx  context.Context
+// evalArgs are one EVALSHA's arguments.
+type evalArgs struct {
 	sha  string
 	keys []string
 	args []any
-	cmd  *redis.Cmd
-	done chan struct{}
 }
 
 // EvalSha queues the command for the next pipeline and waits for its reply.
+// A call given up comes back as a command carrying its context's error:
+// redis_rate reads the command's error.
 func (b *batcher) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	c := &evalCall{ctx: ctx, sha: sha, keys: keys, args: args, done: make(chan struct{})}
-	b.q.Add(c)
-	select {
-	case <-c.done:
-		return c.cmd
-	case <-ctx.Done():
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ctx.Err())
-		return cmd
+	cmd, err := b.q.Do(ctx, evalArgs{sha: sha, keys: keys, args: args})
+	if err != nil {
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
 	}
+	return cmd
 }
 
-func (c *evalCall) CallerCtx() context.Context { return c.ctx }
-
-func (c *evalCall) GiveUp(err error) {
-	c.cmd = redis.NewCmd(c.ctx)
-	c.cmd.SetErr(err)
-	close(c.done)
+// evalAlone sends one call by itself: no pipeline to build.
+func (b *batcher) evalAlone(ctx context.Context, a evalArgs) (*redis.Cmd, error) {
+	return b.UniversalClient.EvalSha(ctx, a.sha, a.keys, a.args...), nil
 }
 
-// exec runs calls in one pipeline, which may take as long as the most
-// patient caller.
-func (b *batcher) exec(calls []*evalCall) {
-	if len(calls) == 1 { // no pipeline to build
-		c := calls[0]
-		c.cmd = b.UniversalClient.EvalSha(c.ctx, c.sha, c.keys, c.args...)
-		close(c.done)
-		return
-	}
-	ctx, cancel := groupcommit.PatientContext(calls)
-	defer cancel()
+// pipeline sends calls in one pipeline; each command carries its own error.
+func (b *batcher) pipeline(ctx context.Context, calls []*groupcommit.Call[evalArgs, *redis.Cmd]) {
 	pipe := b.Pipeline()
-	for _, c := range calls {
-		c.cmd = pipe.EvalSha(ctx, c.sha, c.keys, c.args...)
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = pipe.EvalSha(ctx, c.In.sha, c.In.keys, c.In.args...)
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for _, c := range calls {
-		close(c.done)
+	_, _ = pipe.Exec(ctx)
+	for i, c := range calls {
+		c.Answer(cmds[i], nil)
 	}
 }

@@ -18,7 +18,7 @@ import (
 type Limiter struct {
 	l     *redis_rate.Limiter
 	limit redis_rate.Limit
-	q     groupcommit.Queue[*check]
+	q     groupcommit.Queue[string, Result] // checks by their Redis key
 }
 
 // New returns a limiter of perHour requests per key. The burst equals the
@@ -43,52 +43,29 @@ type Result struct {
 }
 
 // check is one request's Allow, waiting for its turn in the queue.
-type check struct {
-	ctx  context.Context
-	key  string
-	res  Result
-	err  error
-	done chan struct{}
-}
-
-func (c *check) CallerCtx() context.Context { return c.ctx }
-
-func (c *check) GiveUp(err error) {
-	c.err = fmt.Errorf("rate limit: %w", err)
-	close(c.done)
-}
+type check = groupcommit.Call[string, Result]
 
 // Allow spends one request of key's budget.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	c := &check{ctx: ctx, key: "ratelimit:" + key, done: make(chan struct{})}
-	l.q.Add(c)
-	select {
-	case <-c.done:
-		return c.res, c.err
-	case <-ctx.Done():
-		return Result{}, fmt.Errorf("rate limit: %w", ctx.Err())
+	res, err := l.q.Do(ctx, "ratelimit:"+key)
+	if err != nil {
+		return Result{}, fmt.Errorf("rate limit: %w", err)
 	}
+	return res, nil
 }
 
 // coalesce decides the checks queued while the previous ones were in Redis:
 // one decision per key, the keys' decisions at once (their Redis calls go
 // in one pipeline).
 func (l *Limiter) coalesce(checks []*check) {
-	byKey := map[string][]*check{}
-	var keys []string
-	for _, c := range checks {
-		if byKey[c.key] == nil {
-			keys = append(keys, c.key)
-		}
-		byKey[c.key] = append(byKey[c.key], c)
-	}
-	if len(keys) == 1 {
-		l.decide(byKey[keys[0]])
+	_, byKey := groupcommit.Distinct(checks, func(key string) string { return key })
+	if len(byKey) == 1 {
+		l.decide(byKey[0])
 		return
 	}
 	var wg sync.WaitGroup
-	for _, k := range keys {
-		wg.Go(func() { l.decide(byKey[k]) })
+	for _, cs := range byKey {
+		wg.Go(func() { l.decide(cs) })
 	}
 	wg.Wait()
 }
@@ -104,24 +81,19 @@ func (l *Limiter) coalesce(checks []*check) {
 // all fit, as when a key crosses its limit, and each check is decided
 // alone, with a call of cost 1 of its own.
 func (l *Limiter) decide(cs []*check) {
-	defer func() {
-		for _, c := range cs {
-			close(c.done)
-		}
-	}()
-	n := len(cs)
+	n, key := len(cs), cs[0].In
 	ctx, cancel := groupcommit.PatientContext(cs)
 	defer cancel()
-	res, err := l.l.AllowN(ctx, cs[0].key, l.limit, n)
+	res, err := l.l.AllowN(ctx, key, l.limit, n)
 	if err != nil {
 		for _, c := range cs {
-			c.err = fmt.Errorf("rate limit: %w", err)
+			c.Answer(Result{}, err)
 		}
 		return
 	}
 	if res.Allowed > 0 {
 		for i, c := range cs {
-			c.res = Result{Allowed: true, Limit: l.limit.Burst, Remaining: res.Remaining + n - 1 - i}
+			c.Answer(Result{Allowed: true, Limit: l.limit.Burst, Remaining: res.Remaining + n - 1 - i}, nil)
 		}
 		return
 	}
@@ -130,22 +102,23 @@ func (l *Limiter) decide(cs []*check) {
 	interval := l.limit.Period / time.Duration(l.limit.Rate)
 	if firstWaits := res.RetryAfter - time.Duration(n-1)*interval; n == 1 || firstWaits > time.Millisecond {
 		for _, c := range cs {
-			c.res = Result{Limit: l.limit.Burst, RetryAfter: firstWaits}
+			c.Answer(Result{Limit: l.limit.Burst, RetryAfter: firstWaits}, nil)
 		}
 		return
 	}
 	var wg sync.WaitGroup
 	for _, c := range cs {
 		wg.Go(func() {
-			res, err := l.l.Allow(c.ctx, c.key, l.limit)
+			res, err := l.l.Allow(c.Ctx(), key, l.limit)
 			if err != nil {
-				c.err = fmt.Errorf("rate limit: %w", err)
+				c.Answer(Result{}, err)
 				return
 			}
-			c.res = Result{Allowed: res.Allowed > 0, Limit: l.limit.Burst, Remaining: res.Remaining}
-			if !c.res.Allowed {
-				c.res.RetryAfter = res.RetryAfter
+			r := Result{Allowed: res.Allowed > 0, Limit: l.limit.Burst, Remaining: res.Remaining}
+			if !r.Allowed {
+				r.RetryAfter = res.RetryAfter
 			}
+			c.Answer(r, nil)
 		})
 	}
 	wg.Wait()
