@@ -112,11 +112,6 @@ type pageKey struct {
 	lp payments.ListParams
 }
 
-// productsPageAlone reads one page by itself.
-func (s *Store) productsPageAlone(ctx context.Context, k pageKey) (payments.Page[payments.Product], error) {
-	return s.productsPage(ctx, k.sc, k.lp)
-}
-
 // pagesStatement is one statement of pages: first pages or pages after a
 // cursor, each of rows rows (a pageRows size).
 type pagesStatement struct {
@@ -186,24 +181,10 @@ func (s *Store) readProductPagesOf(ctx context.Context, st pagesStatement, reads
 			case err != nil:
 				r.Answer(payments.Page[payments.Product]{}, fmt.Errorf("select products: %w", err))
 			case len(pages[i]) == 0: // the end, or not a cursor: as alone
-				r.Answer(s.productsPage(ctx, r.In.sc, r.In.lp))
+				r.Answer(s.productsPage(ctx, r.In))
 			default:
-				r.Answer(productsOf(pages[i], r.In.lp.Limit))
+				r.Answer(pageOf(pages[i], r.In.lp.Limit, productRow.product))
 			}
 		}
 	}
-}
-
-// productsOf is the page of limit products rows start with.
-func productsOf(rows []productRow, limit int) (payments.Page[payments.Product], error) {
-	rows = rows[:min(len(rows), limit+1)]
-	out := make([]payments.Product, 0, len(rows))
-	for _, row := range rows {
-		p, err := row.product()
-		if err != nil {
-			return payments.Page[payments.Product]{}, err
-		}
-		out = append(out, p)
-	}
-	return page(out, limit), nil
 }

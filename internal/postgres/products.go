@@ -139,18 +139,18 @@ func (s *Store) product(ctx context.Context, q sqlx.QueryerContext, sc payments.
 // productreads.go).
 func (s *Store) Products(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Product], error) {
 	if requestTxOf(ctx) != nil {
-		return s.productsPage(ctx, sc, lp)
+		return s.productsPage(ctx, pageKey{sc, lp})
 	}
 	return s.productPages.Do(ctx, pageKey{sc, lp})
 }
 
 // productsPage reads one page of products by itself.
-func (s *Store) productsPage(ctx context.Context, sc payments.Scope, lp payments.ListParams) (payments.Page[payments.Product], error) {
+func (s *Store) productsPage(ctx context.Context, k pageKey) (payments.Page[payments.Product], error) {
 	const first = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
 		ORDER BY p.created_at DESC, p.id DESC`
 	const after = `SELECT ` + productCols + productFrom + `WHERE p.merchant_id = $1 AND p.livemode = $2
 		AND (p.created_at, p.id) < ($3, $4) ORDER BY p.created_at DESC, p.id DESC`
-	return keysetPage(ctx, s, sc, lp, "products", first, after, productRow.product)
+	return keysetPage(ctx, s, k.sc, k.lp, "products", first, after, productRow.product)
 }
 
 // UpdateProduct locks the product, applies fn and saves the result with

@@ -69,7 +69,7 @@ func New(db *sqlx.DB) *Store {
 	}
 	s.q.spare = n == 0 || n >= 2
 	s.productReads.Run = groupcommit.AloneOrTogether(maxTogether, s.productAlone, s.readProductsTogether)
-	s.productPages.Run = groupcommit.AloneOrTogether(maxTogether, s.productsPageAlone, s.readProductPagesTogether)
+	s.productPages.Run = groupcommit.AloneOrTogether(maxTogether, s.productsPage, s.readProductPagesTogether)
 	s.productCreates.Run = groupcommit.AloneOrTogether(maxTogether, s.createAlone, s.createProductsTogether)
 	return s
 }
@@ -356,6 +356,13 @@ func keysetPage[R, T any](ctx context.Context, s *Store, sc payments.Scope, lp p
 	if err != nil {
 		return payments.Page[T]{}, fmt.Errorf("select %s: %w", table, err)
 	}
+	return pageOf(rows, lp.Limit, conv)
+}
+
+// pageOf is the page of limit items that rows, a limit+1 result or longer,
+// start with: the rows past limit+1 are not converted.
+func pageOf[R, T any](rows []R, limit int, conv func(R) (T, error)) (payments.Page[T], error) {
+	rows = rows[:min(len(rows), limit+1)]
 	out := make([]T, 0, len(rows))
 	for _, r := range rows {
 		item, err := conv(r)
@@ -364,7 +371,7 @@ func keysetPage[R, T any](ctx context.Context, s *Store, sc payments.Scope, lp p
 		}
 		out = append(out, item)
 	}
-	return page(out, lp.Limit), nil
+	return page(out, limit), nil
 }
 
 // scanner is a row type that lists its fields in its query's column order.

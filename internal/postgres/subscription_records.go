@@ -199,15 +199,7 @@ func (s *Store) Subscriptions(ctx context.Context, sc payments.Scope, f payments
 			return payments.Page[payments.Subscription]{}, fmt.Errorf("select subscriptions: %w", err)
 		}
 	}
-	out := make([]payments.Subscription, 0, len(rows))
-	for _, r := range rows {
-		sub, err := r.subscription()
-		if err != nil {
-			return payments.Page[payments.Subscription]{}, err
-		}
-		out = append(out, sub)
-	}
-	return page(out, f.Limit), nil
+	return pageOf(rows, f.Limit, subscriptionRow.subscription)
 }
 
 // subscriptionFilter is the list's conditions beyond merchant and mode, and

@@ -130,13 +130,5 @@ func (s *Store) SubscriptionProducts(ctx context.Context, sc payments.Scope, lp 
 			return payments.Page[payments.SubscriptionProduct]{}, fmt.Errorf("select subscription products: %w", err)
 		}
 	}
-	out := make([]payments.SubscriptionProduct, 0, len(rows))
-	for _, r := range rows {
-		p, err := r.product()
-		if err != nil {
-			return payments.Page[payments.SubscriptionProduct]{}, err
-		}
-		out = append(out, p)
-	}
-	return page(out, lp.Limit), nil
+	return pageOf(rows, lp.Limit, subProductRow.product)
 }
