@@ -16,13 +16,25 @@ import (
 // callers asked. Calls whose caller has given up by the time their run
 // starts are answered with their context's error and left out of it.
 type Queue[In, Out any] struct {
-	// Run answers every call of a run (Call.Answer), from one goroutine
-	// at a time.
+	// Run answers every call of a run (Call.Answer). With Overlap zero,
+	// one run at a time; otherwise up to MaxRuns at once.
 	Run func([]*Call[In, Out])
+	// Overlap, when above zero, lets a further run start once the newest
+	// run in flight has gone on this long. A run is slow when what it
+	// waits for is saturated (a database busy with a sweep); the calls
+	// queued behind it then wait about Overlap for their own run to start,
+	// not for the slow run to end as well. Runs shorter than Overlap, the
+	// usual case, still carry every call that came meanwhile.
+	Overlap time.Duration
+	// MaxRuns bounds the runs in flight when Overlap is set (2 when zero).
+	MaxRuns int
 
-	mu    sync.Mutex
-	calls []*Call[In, Out]
-	busy  bool // a runner goroutine is running
+	mu     sync.Mutex
+	calls  []*Call[In, Out]
+	runs   int         // runner goroutines running
+	newest time.Time   // when the newest run in flight started; zero once it ended
+	timer  *time.Timer // starts a run when the newest gets old (Overlap)
+	armed  bool        // timer is set to fire
 }
 
 // Call is one caller's call: its input and, once its run answers it, its
@@ -60,42 +72,128 @@ func (q *Queue[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	}
 }
 
-// add queues c and starts a runner when none is running.
+// add queues c and starts a runner when none is running, or when the
+// newest run has gone on for Overlap.
 func (q *Queue[In, Out]) add(c *Call[In, Out]) {
 	q.mu.Lock()
 	q.calls = append(q.calls, c)
-	start := !q.busy
-	q.busy = true
+	start := q.runs == 0 || q.overlapDue()
+	if start {
+		q.runs++
+	} else if q.Overlap > 0 {
+		q.arm()
+	}
 	q.mu.Unlock()
 	if start {
 		go q.drain()
 	}
 }
 
-// drain runs the queued calls until none are left.
+// overlapDue says whether one more run may start beside those in flight.
+// The caller holds q.mu.
+func (q *Queue[In, Out]) overlapDue() bool {
+	return q.runs < q.maxRuns() && q.newestOld()
+}
+
+// newestOld says whether the newest run started Overlap ago or longer.
+// The caller holds q.mu.
+func (q *Queue[In, Out]) newestOld() bool {
+	return q.Overlap > 0 && time.Since(q.newest) >= q.Overlap
+}
+
+func (q *Queue[In, Out]) maxRuns() int {
+	if q.MaxRuns > 0 {
+		return q.MaxRuns
+	}
+	return 2
+}
+
+// arm sets the timer to start a run when the newest one becomes Overlap
+// old, unless it is set already: queued calls then wait no longer than
+// that even if no further call comes to start it. The caller holds q.mu.
+func (q *Queue[In, Out]) arm() {
+	if q.Overlap <= 0 || q.armed || q.runs >= q.maxRuns() {
+		return
+	}
+	q.armed = true
+	wait := q.Overlap - time.Since(q.newest)
+	if q.timer == nil {
+		q.timer = time.AfterFunc(wait, q.due)
+		return
+	}
+	q.timer.Reset(wait)
+}
+
+// due is the timer's: it starts a run for the queued calls if one may
+// start now, and sets the timer again if not yet.
+func (q *Queue[In, Out]) due() {
+	q.mu.Lock()
+	q.armed = false
+	if len(q.calls) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	start := q.runs == 0 || q.overlapDue()
+	if start {
+		q.runs++
+	} else {
+		q.arm()
+	}
+	q.mu.Unlock()
+	if start {
+		q.drain()
+	}
+}
+
+// drain runs the queued calls until none are left; or, when other runs are
+// in flight, until taking them would start a run before Overlap is due:
+// they are then left to the runner of a run in flight, or the timer's.
 func (q *Queue[In, Out]) drain() {
+	q.mu.Lock()
 	for {
-		q.mu.Lock()
 		calls := q.calls
-		q.calls = nil
 		if len(calls) == 0 {
-			q.busy = false
+			q.runs--
 			q.mu.Unlock()
 			return
 		}
+		q.calls = nil
+		var started time.Time
+		if q.Overlap > 0 {
+			started = time.Now()
+			q.newest = started
+		}
 		q.mu.Unlock()
-		live := calls[:0]
-		for _, c := range calls {
-			if err := c.ctx.Err(); err != nil {
-				var zero Out
-				c.Answer(zero, err)
-				continue
-			}
-			live = append(live, c)
+		q.run(calls)
+		q.mu.Lock()
+		// A run starts only once the newest in flight is Overlap old, so
+		// when the newest ends, every run still in flight is.
+		if q.newest.Equal(started) {
+			q.newest = time.Time{}
 		}
-		if len(live) > 0 {
-			q.Run(live)
+		if q.runs > 1 && len(q.calls) > 0 && !q.newestOld() {
+			q.runs--
+			q.arm()
+			q.mu.Unlock()
+			return
 		}
+	}
+}
+
+// run answers the calls whose caller has given up with their context's
+// error and gives the others to Run.
+func (q *Queue[In, Out]) run(calls []*Call[In, Out]) {
+	live := calls[:0]
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			var zero Out
+			c.Answer(zero, err)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) > 0 {
+		q.Run(live)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/lib/pq"
 
@@ -30,6 +31,16 @@ import (
 // maxTogether bounds the calls of one statement; a longer queue takes
 // several.
 const maxTogether = 100
+
+// A shared statement takes well under a millisecond, but several when
+// PostgreSQL is saturated (a renewal sweep): the calls queued behind one
+// would wait for it to end and then for their own. So once the newest
+// statement in flight is overlapAfter old, the next one starts beside it
+// (groupcommit.Queue.Overlap), up to maxRunsTogether of a kind at once.
+const (
+	overlapAfter    = 2 * time.Millisecond
+	maxRunsTogether = 4
+)
 
 // productKey is a product read's input.
 type productKey struct {

@@ -68,9 +68,18 @@ func New(db *sqlx.DB) *Store {
 		s.requestSlots = make(chan struct{}, max(1, n-max(1, n/4)))
 	}
 	s.q.spare = n == 0 || n >= 2
-	s.productReads.Run = groupcommit.AloneOrTogether(maxTogether, s.productAlone, s.readProductsTogether)
-	s.productPages.Run = groupcommit.AloneOrTogether(maxTogether, s.productsPage, s.readProductPagesTogether)
-	s.productCreates.Run = groupcommit.AloneOrTogether(maxTogether, s.createAlone, s.createProductsTogether)
+	s.productReads = groupcommit.Queue[productKey, payments.Product]{
+		Run:     groupcommit.AloneOrTogether(maxTogether, s.productAlone, s.readProductsTogether),
+		Overlap: overlapAfter, MaxRuns: maxRunsTogether,
+	}
+	s.productPages = groupcommit.Queue[pageKey, payments.Page[payments.Product]]{
+		Run:     groupcommit.AloneOrTogether(maxTogether, s.productsPage, s.readProductPagesTogether),
+		Overlap: overlapAfter, MaxRuns: maxRunsTogether,
+	}
+	s.productCreates = groupcommit.Queue[productCreate, struct{}]{
+		Run:     groupcommit.AloneOrTogether(maxTogether, s.createAlone, s.createProductsTogether),
+		Overlap: overlapAfter, MaxRuns: maxRunsTogether,
+	}
 	return s
 }
 

@@ -1,0 +1,175 @@
+package groupcommit_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"paysvc/internal/groupcommit"
+)
+
+// held is a Run whose runs of a held input block until release is closed,
+// and which records every run's size in order.
+type held struct {
+	hold    int
+	release chan struct{}
+	mu      sync.Mutex
+	runs    []int
+}
+
+func newHeld(hold int) *held { return &held{hold: hold, release: make(chan struct{})} }
+
+func (h *held) run(calls []*groupcommit.Call[int, int]) {
+	h.mu.Lock()
+	h.runs = append(h.runs, len(calls))
+	h.mu.Unlock()
+	for _, c := range calls {
+		if c.In == h.hold {
+			<-h.release
+		}
+	}
+	for _, c := range calls {
+		c.Answer(c.In*10, nil)
+	}
+}
+
+func (h *held) sizes() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.runs...)
+}
+
+// do makes a call in a goroutine and returns where its answer comes.
+func do(q *groupcommit.Queue[int, int], in int) <-chan int {
+	out := make(chan int, 1)
+	go func() {
+		v, err := q.Do(context.Background(), in)
+		if err != nil {
+			v = -1
+		}
+		out <- v
+	}()
+	return out
+}
+
+func answer(t *testing.T, ch <-chan int, want int, within time.Duration) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		if v != want {
+			t.Fatalf("answer %d, want %d", v, want)
+		}
+	case <-time.After(within):
+		t.Fatalf("no answer within %s", within)
+	}
+}
+
+// waitRuns waits until n runs have started.
+func waitRuns(t *testing.T, h *held, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); len(h.sizes()) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("runs %v, want %d of them", h.sizes(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A call queued behind a run that does not end gets a run of its own once
+// the slow one is Overlap old, with no further call to start it (the timer).
+func TestCallBehindASlowRunStartsItsOwn(t *testing.T) {
+	h := newHeld(1)
+	q := &groupcommit.Queue[int, int]{Run: h.run, Overlap: 20 * time.Millisecond}
+	slow := do(q, 1)
+	waitRuns(t, h, 1)
+	answer(t, do(q, 2), 20, 5*time.Second)
+	select {
+	case <-slow:
+		t.Fatal("the slow call was answered before its release")
+	default:
+	}
+	close(h.release)
+	answer(t, slow, 10, 5*time.Second)
+}
+
+// Many calls behind a slow run are answered by runs beside it, never more
+// than MaxRuns at once, and the slow call still gets its answer.
+func TestCallsBehindASlowRunGoBesideIt(t *testing.T) {
+	h := newHeld(1)
+	q := &groupcommit.Queue[int, int]{Run: h.run, Overlap: 5 * time.Millisecond, MaxRuns: 2}
+	slow := do(q, 1)
+	waitRuns(t, h, 1)
+	var outs []<-chan int
+	for i := 2; i <= 200; i++ {
+		outs = append(outs, do(q, i))
+		if i%20 == 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	for i, ch := range outs {
+		answer(t, ch, (i+2)*10, 5*time.Second)
+	}
+	close(h.release)
+	answer(t, slow, 10, 5*time.Second)
+	answered := 0
+	for _, n := range h.sizes() {
+		answered += n
+	}
+	if answered != 200 {
+		t.Fatalf("runs %v answered %d calls, want 200 (each once)", h.sizes(), answered)
+	}
+}
+
+// At most MaxRuns runs are in flight, however old they are.
+func TestRunsInFlightAreBounded(t *testing.T) {
+	h := newHeld(0)
+	q := &groupcommit.Queue[int, int]{Run: func(calls []*groupcommit.Call[int, int]) {
+		h.mu.Lock()
+		h.runs = append(h.runs, len(calls))
+		h.mu.Unlock()
+		<-h.release
+		for _, c := range calls {
+			c.Answer(c.In, nil)
+		}
+	}, Overlap: time.Millisecond, MaxRuns: 2}
+	a := do(q, 1)
+	waitRuns(t, h, 1)
+	time.Sleep(5 * time.Millisecond)
+	b := do(q, 2)
+	waitRuns(t, h, 2)
+	time.Sleep(5 * time.Millisecond)
+	c := do(q, 3)
+	time.Sleep(50 * time.Millisecond)
+	if got := h.sizes(); len(got) != 2 {
+		t.Fatalf("runs %v with two in flight and MaxRuns 2", got)
+	}
+	close(h.release)
+	answer(t, a, 1, 5*time.Second)
+	answer(t, b, 2, 5*time.Second)
+	answer(t, c, 3, 5*time.Second)
+}
+
+// Calls made while a run younger than Overlap is in flight all go together
+// as the next run, as they do without Overlap.
+func TestCallsBehindAYoungRunGoTogether(t *testing.T) {
+	for _, overlap := range []time.Duration{0, time.Minute} {
+		h := newHeld(1)
+		q := &groupcommit.Queue[int, int]{Run: h.run, Overlap: overlap}
+		first := do(q, 1)
+		waitRuns(t, h, 1)
+		var outs []<-chan int
+		for i := 2; i <= 21; i++ {
+			outs = append(outs, do(q, i))
+		}
+		time.Sleep(50 * time.Millisecond) // every call queued
+		close(h.release)
+		answer(t, first, 10, 5*time.Second)
+		for i, ch := range outs {
+			answer(t, ch, (i+2)*10, 5*time.Second)
+		}
+		if got := h.sizes(); len(got) != 2 || got[1] != 20 {
+			t.Fatalf("Overlap %s: runs %v, want [1 20]", overlap, got)
+		}
+	}
+}
