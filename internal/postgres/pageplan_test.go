@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,6 +89,93 @@ func TestPageQueriesKeepGenericPlans(t *testing.T) {
 		wantNext := min(limit, total-limit)
 		if len(next.Data) != wantNext || next.Data[0].Name != fmt.Sprintf("P%d", total-1-limit) || next.HasMore != (2*limit < total) {
 			t.Fatalf("limit %d, second page: %d products from %s, has_more %v", limit, len(next.Data), next.Data[0].Name, next.HasMore)
+		}
+	}
+}
+
+// TestSharedStatementsKeepGenericPlans: the statements that read the
+// products and pages of concurrent requests together are planned a few
+// times and then run on their generic plans, also when they carry fewer
+// keys than the 10 PostgreSQL plans an array for (each statement of pages
+// was planned afresh then, at twice its running time).
+func TestSharedStatementsKeepGenericPlans(t *testing.T) {
+	t.Parallel()
+	if testenv.PoolMode() == postgres.PoolTransaction {
+		t.Skip("nothing is prepared behind a transaction-mode pooler")
+	}
+	db, store, sc := soloMerchant(t)
+	ctx := context.Background()
+	live := payments.Scope{MerchantID: sc.MerchantID, Live: true}
+	var ids []string
+	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	for i := range 40 {
+		p := payments.Product{ID: payments.NewID("prod_"), Name: fmt.Sprintf("P%d", i), Active: true,
+			Images: []string{}, Metadata: map[string]string{}, Created: base.Add(time.Duration(i) * time.Second)}
+		for _, s := range []payments.Scope{sc, live} {
+			p.ID = payments.NewID("prod_")
+			if err := store.CreateProduct(ctx, s, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, p.ID) // live ones
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO products (merchant_id, livemode, id, name, created_at, updated_at)
+		SELECT $1, true, 'prod_seed' || g, 'Seed', now() - interval '1 day', now() - interval '1 day'
+		FROM generate_series(1, 20000) g`, sc.MerchantID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE products`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Rounds of requests at once, each round a few distinct keys of each
+	// statement (the store's one connection makes them queue together).
+	for round := range 30 {
+		var wg sync.WaitGroup
+		errs := make(chan error, 20)
+		for i := range 4 {
+			wg.Add(4)
+			go func() {
+				defer wg.Done()
+				_, err := store.Products(ctx, []payments.Scope{sc, live}[i%2], payments.ListParams{Limit: 10})
+				errs <- err
+			}()
+			go func() {
+				defer wg.Done()
+				_, err := store.Products(ctx, live, payments.ListParams{Limit: 10, StartingAfter: ids[(round+i)%len(ids)]})
+				errs <- err
+			}()
+			go func() {
+				defer wg.Done()
+				_, err := store.Product(ctx, live, ids[(round*4+i)%len(ids)])
+				errs <- err
+			}()
+			go func() {
+				defer wg.Done()
+				_, err := store.Product(ctx, live, ids[(round*4+i+7)%len(ids)])
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, st := range []struct{ name, like string }{
+		{"first pages", `%unnest($1::text[], $2::boolean[]) WITH ORDINALITY AS k (merchant_id, livemode, i)%`},
+		{"pages after a cursor", `%unnest($1::text[], $2::boolean[], $3::text[]) WITH ORDINALITY AS k (merchant_id, livemode, after, i)%`},
+		{"products by id", `%unnest($1::text[], $2::boolean[], $3::text[]) WITH ORDINALITY AS k (merchant_id, livemode, id, i)%`},
+	} {
+		var generic, custom int
+		err := db.QueryRowContext(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE $1`, st.like).Scan(&generic, &custom)
+		if err != nil {
+			t.Fatalf("%s: the shared statement is not prepared on the connection (no calls went together?): %v", st.name, err)
+		}
+		if custom > 5 || generic == 0 {
+			t.Errorf("%s: %d generic and %d custom plans; want the generic plan kept after 5 custom ones", st.name, generic, custom)
 		}
 	}
 }
