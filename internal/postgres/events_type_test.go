@@ -8,8 +8,6 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"paysvc/internal/payments"
-	"paysvc/internal/postgres"
-	"paysvc/internal/testenv"
 )
 
 // TestTypedEventPageReadsOnlyItsPage: a page of GET /v1/events filtered by
@@ -73,10 +71,7 @@ func TestTypedEventPageReadsOnlyItsPage(t *testing.T) {
 // bounds as coalesce($n, …) and a LIMIT $n).
 func TestEventPagesKeepGenericPlans(t *testing.T) {
 	t.Parallel()
-	if testenv.PoolMode() == postgres.PoolTransaction {
-		t.Skip("nothing is prepared behind a transaction-mode pooler")
-	}
-	db, store, sc := soloMerchant(t)
+	db, store, sc := preparingMerchant(t)
 	ctx := context.Background()
 	if _, err := db.ExecContext(ctx, `INSERT INTO events (id, merchant_id, livemode, type, data, created_at)
 		SELECT 'evt_seed' || g, $1, g % 2 = 0, CASE WHEN g % 100 = 0 THEN 'charge.refunded' ELSE 'payment_intent.succeeded' END,

@@ -21,13 +21,10 @@ import (
 // limit still gets its page, no row more, with has_more right.
 func TestPageQueriesKeepGenericPlans(t *testing.T) {
 	t.Parallel()
-	if testenv.PoolMode() == postgres.PoolTransaction {
-		t.Skip("nothing is prepared behind a transaction-mode pooler")
-	}
 	// A database of its own, whose statistics describe what the bench and a
 	// large merchant see: one merchant's many products (the planner
 	// estimates a page query's generic plan from them).
-	db, store, sc := soloMerchant(t)
+	db, store, sc := preparingMerchant(t)
 	ctx := context.Background()
 	const total = 30
 	base := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
@@ -39,14 +36,7 @@ func TestPageQueriesKeepGenericPlans(t *testing.T) {
 		}
 	}
 	// 20,000 older ones of another mode, which the pages below never reach.
-	if _, err := db.ExecContext(ctx, `INSERT INTO products (merchant_id, livemode, id, name, created_at, updated_at)
-		SELECT $1, true, 'prod_seed' || g, 'Seed', now() - interval '1 day', now() - interval '1 day'
-		FROM generate_series(1, 20000) g`, sc.MerchantID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `ANALYZE products`); err != nil {
-		t.Fatal(err)
-	}
+	seedOlderLive(t, db, sc)
 
 	for range 12 {
 		if _, err := store.Products(ctx, sc, payments.ListParams{Limit: 10}); err != nil {
@@ -100,10 +90,7 @@ func TestPageQueriesKeepGenericPlans(t *testing.T) {
 // was planned afresh then, at twice its running time).
 func TestSharedStatementsKeepGenericPlans(t *testing.T) {
 	t.Parallel()
-	if testenv.PoolMode() == postgres.PoolTransaction {
-		t.Skip("nothing is prepared behind a transaction-mode pooler")
-	}
-	db, store, sc := soloMerchant(t)
+	db, store, sc := preparingMerchant(t)
 	ctx := context.Background()
 	live := payments.Scope{MerchantID: sc.MerchantID, Live: true}
 	var ids []string
@@ -119,14 +106,7 @@ func TestSharedStatementsKeepGenericPlans(t *testing.T) {
 		}
 		ids = append(ids, p.ID) // live ones
 	}
-	if _, err := db.ExecContext(ctx, `INSERT INTO products (merchant_id, livemode, id, name, created_at, updated_at)
-		SELECT $1, true, 'prod_seed' || g, 'Seed', now() - interval '1 day', now() - interval '1 day'
-		FROM generate_series(1, 20000) g`, sc.MerchantID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, `ANALYZE products`); err != nil {
-		t.Fatal(err)
-	}
+	seedOlderLive(t, db, sc)
 
 	// Rounds of requests at once, each round a few distinct keys of each
 	// statement (the store's one connection makes them queue together).
@@ -178,6 +158,33 @@ func TestSharedStatementsKeepGenericPlans(t *testing.T) {
 			t.Errorf("%s: %d generic and %d custom plans; want the generic plan kept after 5 custom ones", st.name, generic, custom)
 		}
 	}
+}
+
+// seedOlderLive gives sc's merchant 20,000 live products a day old and
+// analyzes products, so that the planner's statistics describe a large
+// merchant, as the bench's.
+func seedOlderLive(t *testing.T, db *sqlx.DB, sc payments.Scope) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, `INSERT INTO products (merchant_id, livemode, id, name, created_at, updated_at)
+		SELECT $1, true, 'prod_seed' || g, 'Seed', now() - interval '1 day', now() - interval '1 day'
+		FROM generate_series(1, 20000) g`, sc.MerchantID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE products`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// preparingMerchant is soloMerchant for a test that reads what the store
+// prepared on its connection: skipped behind a transaction-mode pooler,
+// where nothing is prepared.
+func preparingMerchant(t *testing.T) (*sqlx.DB, *postgres.Store, payments.Scope) {
+	t.Helper()
+	if testenv.PoolMode() == postgres.PoolTransaction {
+		t.Skip("nothing is prepared behind a transaction-mode pooler")
+	}
+	return soloMerchant(t)
 }
 
 // soloMerchant returns a migrated database of the test's own, a store on
