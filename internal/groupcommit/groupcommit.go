@@ -77,16 +77,24 @@ func (q *Queue[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 func (q *Queue[In, Out]) add(c *Call[In, Out]) {
 	q.mu.Lock()
 	q.calls = append(q.calls, c)
-	start := q.runs == 0 || q.overlapDue()
-	if start {
-		q.runs++
-	} else if q.Overlap > 0 {
-		q.arm()
-	}
+	start := q.claimRun()
 	q.mu.Unlock()
 	if start {
 		go q.drain()
 	}
+}
+
+// claimRun says whether a run may start now for the queued calls: none is
+// in flight, or Overlap is due. If so it counts the run, whose runner the
+// caller starts; if not it sets the timer for when Overlap will be due.
+// The caller holds q.mu.
+func (q *Queue[In, Out]) claimRun() bool {
+	if q.runs == 0 || q.overlapDue() {
+		q.runs++
+		return true
+	}
+	q.arm()
+	return false
 }
 
 // overlapDue says whether one more run may start beside those in flight.
@@ -133,12 +141,7 @@ func (q *Queue[In, Out]) due() {
 		q.mu.Unlock()
 		return
 	}
-	start := q.runs == 0 || q.overlapDue()
-	if start {
-		q.runs++
-	} else {
-		q.arm()
-	}
+	start := q.claimRun()
 	q.mu.Unlock()
 	if start {
 		q.drain()
