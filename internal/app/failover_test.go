@@ -111,6 +111,10 @@ func TestSentinelFailoverUnderRealWork(t *testing.T) {
 		refunds = append(refunds, fmt.Sprint(r["id"]))
 		mu.Unlock()
 	}
+	// However the test ends (a Fatal below included), the load stops and
+	// its goroutines return before it does: none may report afterwards.
+	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(halt)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -143,8 +147,7 @@ func TestSentinelFailoverUnderRealWork(t *testing.T) {
 	promoted := time.Now()
 	t.Logf("failover: the sentinels promoted the replica %v after the kill", promoted.Sub(killed).Round(100*time.Millisecond))
 	time.Sleep(3 * time.Second) // load on the new primary
-	close(stop)
-	wg.Wait()
+	halt()
 	api.report(killed, promoted)
 	if d := api.metric(apiAdmin, "paysvc_ratelimit_unavailable_total") - limited; d <= 0 {
 		t.Errorf("paysvc_ratelimit_unavailable_total during the failover: grew by %v, want the requests let through unlimited counted", d)

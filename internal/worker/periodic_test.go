@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -39,7 +38,15 @@ func TestScheduleSpecsParse(t *testing.T) {
 // Not parallel: it runs an asynq server on this binary's Redis database.
 func TestTwoSchedulersRunEachTickOnce(t *testing.T) {
 	redisOpt := testenv.RedisOpt(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The schedulers' warnings (an enqueue that failed) are kept for the
+	// report: without them a missed tick cannot be told from a lost task.
+	var logMu sync.Mutex
+	logs := &bytes.Buffer{}
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logs.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	const typeA, typeB = "test:periodic_a", "test:periodic_b"
 	schedule := map[string]func() *asynq.Task{
 		"@every 1s": func() *asynq.Task { return asynq.NewTask(typeA, nil, asynq.Queue(tasks.QueueDefault)) },
@@ -132,6 +139,11 @@ func TestTwoSchedulersRunEachTickOnce(t *testing.T) {
 		if must && runs[id] == 0 {
 			t.Errorf("tick %s never ran", id)
 		}
+	}
+	if t.Failed() {
+		logMu.Lock()
+		defer logMu.Unlock()
+		t.Logf("start %s, stop %s, end %s; the schedulers' warnings:\n%s", start.Format(time.StampMilli), stop.Format(time.StampMilli), end.Format(time.StampMilli), logs)
 	}
 }
 
