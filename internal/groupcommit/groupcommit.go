@@ -57,18 +57,35 @@ func (c *Call[In, Out]) Answer(out Out, err error) {
 	close(c.done)
 }
 
-// Do queues a call of in and waits for its answer or the end of ctx. A
-// caller that finds both done may take either, so a call given up is
-// answered with an error too, never an empty success.
+// Do queues a call of in and waits for its answer or the end of ctx.
 func (q *Queue[In, Out]) Do(ctx context.Context, in In) (Out, error) {
+	return q.Start(ctx, in).Wait()
+}
+
+// Start queues a call of in and returns at once; the caller may do other
+// work before it Waits for the answer.
+func (q *Queue[In, Out]) Start(ctx context.Context, in In) *Call[In, Out] {
 	c := &Call[In, Out]{In: in, ctx: ctx, done: make(chan struct{})}
 	q.add(c)
+	return c
+}
+
+// Wait waits for the call's answer or the end of its context. An answer
+// that came is taken even when the context has ended too (a caller that
+// did other work after Start may find both), and a call given up is
+// answered with an error, never an empty success.
+func (c *Call[In, Out]) Wait() (Out, error) {
 	select {
 	case <-c.done:
 		return c.out, c.err
-	case <-ctx.Done():
-		var zero Out
-		return zero, ctx.Err()
+	case <-c.ctx.Done():
+		select {
+		case <-c.done:
+			return c.out, c.err
+		default:
+			var zero Out
+			return zero, c.ctx.Err()
+		}
 	}
 }
 

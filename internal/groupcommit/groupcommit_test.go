@@ -173,3 +173,26 @@ func TestCallsBehindAYoungRunGoTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitTakesAnAnswerThatCame: a caller that did other work after Start
+// and finds both its answer and the end of its context takes the answer,
+// every time.
+func TestWaitTakesAnAnswerThatCame(t *testing.T) {
+	t.Parallel()
+	answered := make(chan struct{})
+	q := &groupcommit.Queue[int, int]{Run: func(calls []*groupcommit.Call[int, int]) {
+		for _, c := range calls {
+			c.Answer(c.In*10, nil)
+			answered <- struct{}{}
+		}
+	}}
+	for i := range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		c := q.Start(ctx, i)
+		<-answered
+		cancel()
+		if got, err := c.Wait(); err != nil || got != i*10 {
+			t.Fatalf("call %d answered, then its context ended: Wait got %d, %v; want %d, nil", i, got, err, i*10)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"paysvc/internal/payments"
+	"paysvc/internal/ratelimit"
 )
 
 // Context keys set by the edge.
@@ -150,15 +151,42 @@ const limiterBudget = 150 * time.Millisecond
 // for about 2 s, and during a Sentinel failover it waits for the new
 // master; a payment request should not. Each request let through that way
 // counts in paysvc_ratelimit_unavailable_total.
+//
+// A read route (Server.reads) runs while Redis decides, so its request
+// waits for the longer of the two, not for both one after the other; its
+// response is held until the decision, and dropped for the 429 if refused.
+// A key this process saw refused within its Retry-After is decided first,
+// so a client over its limit does not make the database work for nothing.
 func (s *Server) rateLimit(c *gin.Context) {
+	key := c.GetString(ctxKeyID)
 	ctx, cancel := context.WithTimeout(c.Request.Context(), limiterBudget)
-	res, err := s.limiter.Allow(ctx, c.GetString(ctxKeyID))
-	cancel()
+	defer cancel()
+	check := s.limiter.Start(ctx, key)
+	if c.Request.Method != http.MethodGet || !s.reads[c.FullPath()] || s.limiter.Refusing(key) {
+		if s.allowed(c, check) {
+			c.Next()
+		}
+		return
+	}
+	w := &captureWriter{ResponseWriter: c.Writer}
+	c.Writer = w
+	defer func() { c.Writer = w.ResponseWriter }() // a panic is answered on the real writer
+	c.Next()
+	c.Writer = w.ResponseWriter
+	if s.allowed(c, check) {
+		w.ResponseWriter.WriteHeader(w.Status())
+		w.ResponseWriter.Write(w.buf.Bytes()) //nolint:errcheck // the client may have gone
+	}
+}
+
+// allowed waits for check and reports whether the request may go on; if
+// not, it has answered 429.
+func (s *Server) allowed(c *gin.Context, check ratelimit.Check) bool {
+	res, err := check.Wait()
 	if err != nil {
 		rateLimitUnavailable.Inc()
 		s.log.WarnContext(c.Request.Context(), "rate limiter unavailable, allowing request", append(logAttrs(c), "error", err)...)
-		c.Next()
-		return
+		return true
 	}
 	h := c.Writer.Header()
 	h["X-Ratelimit-Limit"] = s.limitHeader(res.Limit)
@@ -170,9 +198,9 @@ func (s *Server) rateLimit(c *gin.Context) {
 		}
 		h.Set("Retry-After", strconv.Itoa(secs))
 		s.abortWith(c, payments.RateLimitExceeded, fmt.Sprintf("Too many requests; retry after %d seconds.", secs))
-		return
+		return false
 	}
-	c.Next()
+	return true
 }
 
 // limitHeader is X-RateLimit-Limit's value, the same on every response:

@@ -81,6 +81,9 @@ type Server struct {
 	stripe  StripeWebhook
 	// limitValue caches X-RateLimit-Limit's value.
 	limitValue atomic.Pointer[limitValue]
+	// reads are the full paths of the GET routes that only read this
+	// service's database: they run while the rate limiter decides.
+	reads map[string]bool
 }
 
 // New returns the API's http.Handler.
@@ -91,7 +94,7 @@ func New(d Deps) http.Handler {
 	if d.Secrets == nil {
 		panic("httpapi: Deps.Secrets is required")
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, pages: d.Pages, crash: d.Crash, wait: idempotencyWait, stripe: d.StripeWebhook}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, pages: d.Pages, crash: d.Crash, wait: idempotencyWait, stripe: d.StripeWebhook, reads: map[string]bool{}}
 	if d.Service != nil {
 		s.now = d.Service.Clock().Base
 	}
@@ -115,16 +118,22 @@ func New(d Deps) http.Handler {
 	})
 
 	v1 := r.Group("/v1", s.authenticate, s.rateLimit, s.idempotency)
+	// read registers a GET that only reads this service's database (not
+	// the processor's): it runs while the rate limiter decides (rateLimit).
+	read := func(path string, h handler) {
+		v1.GET(path, s.wrap(h))
+		s.reads["/v1"+path] = true
+	}
 	v1.POST("/products", s.wrap(s.createProduct))
-	v1.GET("/products", s.wrap(s.listProducts))
-	v1.GET("/products/:id", s.wrap(s.getProduct))
+	read("/products", s.listProducts)
+	read("/products/:id", s.getProduct)
 	v1.PUT("/products/:id", s.wrap(s.updateProduct))
 	v1.DELETE("/products/:id", s.wrap(s.deleteProduct))
 	v1.POST("/subscription-products", s.wrap(s.createSubscriptionProduct))
-	v1.GET("/subscription-products", s.wrap(s.listSubscriptionProducts))
+	read("/subscription-products", s.listSubscriptionProducts)
 	v1.POST("/subscription-sessions", s.wrap(s.createSubscriptionSession))
-	v1.GET("/subscriptions", s.wrap(s.listSubscriptions))
-	v1.GET("/subscriptions/:id", s.wrap(s.getSubscription))
+	read("/subscriptions", s.listSubscriptions)
+	read("/subscriptions/:id", s.getSubscription)
 	v1.POST("/subscriptions/:id/cancel", s.wrap(s.cancelSubscription))
 	v1.POST("/subscriptions/:id/resume", s.wrap(s.resumeSubscription))
 	v1.PATCH("/subscriptions/:id/quantity", s.wrap(s.changeQuantity))
@@ -132,34 +141,34 @@ func New(d Deps) http.Handler {
 	v1.POST("/subscriptions/:id/portal-session", s.wrap(s.createPortalSession))
 
 	v1.POST("/customers", s.wrap(s.createCustomer))
-	v1.GET("/customers", s.wrap(s.listCustomers))
-	v1.GET("/customers/:id", s.wrap(s.getCustomer))
+	read("/customers", s.listCustomers)
+	read("/customers/:id", s.getCustomer)
 	v1.PUT("/customers/:id", s.wrap(s.updateCustomer))
 	v1.DELETE("/customers/:id", s.wrap(s.deleteCustomer))
 
 	v1.POST("/payment-sessions", s.wrap(s.createSession))
-	v1.GET("/payment-sessions/:id", s.wrap(s.getSession))
+	read("/payment-sessions/:id", s.getSession)
 	v1.POST("/payment-intents", s.wrap(s.createIntent))
-	v1.GET("/test-payments", s.wrap(s.listTestPayments))
+	read("/test-payments", s.listTestPayments)
 
 	v1.POST("/refunds", s.wrap(s.createRefund))
-	v1.GET("/refunds/:id", s.wrap(s.getRefund))
-	v1.GET("/balance", s.wrap(s.getBalance))
+	read("/refunds/:id", s.getRefund)
+	read("/balance", s.getBalance)
 	v1.GET("/account", s.wrap(s.getAccount))
-	v1.GET("/disputes", s.wrap(s.listDisputes))
-	v1.GET("/disputes/:id", s.wrap(s.getDispute))
+	read("/disputes", s.listDisputes)
+	read("/disputes/:id", s.getDispute)
 	v1.POST("/disputes/:id/evidence", s.wrap(s.updateEvidence))
 
 	v1.POST("/webhook-endpoints", s.wrap(s.createEndpoint))
-	v1.GET("/webhook-endpoints", s.wrap(s.listEndpoints))
-	v1.GET("/webhook-endpoints/:id", s.wrap(s.getEndpoint))
+	read("/webhook-endpoints", s.listEndpoints)
+	read("/webhook-endpoints/:id", s.getEndpoint)
 	v1.POST("/webhook-endpoints/:id", s.wrap(s.updateEndpoint))
 	v1.DELETE("/webhook-endpoints/:id", s.wrap(s.deleteEndpoint))
 	v1.POST("/webhook-endpoints/:id/rotate-secret", s.wrap(s.rotateEndpointSecret))
-	v1.GET("/webhook-endpoints/:id/deliveries", s.wrap(s.listEndpointDeliveries))
-	v1.GET("/webhook-endpoints/:id/deliveries/:delivery", s.wrap(s.getEndpointDelivery))
-	v1.GET("/events", s.wrap(s.listEvents))
-	v1.GET("/events/:id", s.wrap(s.getEvent))
+	read("/webhook-endpoints/:id/deliveries", s.listEndpointDeliveries)
+	read("/webhook-endpoints/:id/deliveries/:delivery", s.getEndpointDelivery)
+	read("/events", s.listEvents)
+	read("/events/:id", s.getEvent)
 	v1.POST("/events/:id/resend", s.wrap(s.resendEvent))
 
 	if d.StripeWebhook != nil {

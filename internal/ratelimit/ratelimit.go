@@ -19,6 +19,9 @@ type Limiter struct {
 	l     *redis_rate.Limiter
 	limit redis_rate.Limit
 	q     groupcommit.Queue[string, Result] // checks by their Redis key
+	// refused holds, per key this process saw refused, until when that
+	// refusal's RetryAfter runs (Refusing).
+	refused sync.Map // key → time.Time
 }
 
 // New returns a limiter of perHour requests per key. The burst equals the
@@ -47,11 +50,48 @@ type check = groupcommit.Call[string, Result]
 
 // Allow spends one request of key's budget.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	res, err := l.q.Do(ctx, "ratelimit:"+key)
+	return l.Start(ctx, key).Wait()
+}
+
+// Check is an Allow under way (Start).
+type Check struct {
+	l   *Limiter
+	key string
+	c   *check
+}
+
+// Start begins spending one request of key's budget and returns at once:
+// the caller may do other work while Redis decides, then Wait.
+func (l *Limiter) Start(ctx context.Context, key string) Check {
+	return Check{l: l, key: key, c: l.q.Start(ctx, "ratelimit:"+key)}
+}
+
+// Wait returns the decision of the check.
+func (k Check) Wait() (Result, error) {
+	res, err := k.c.Wait()
 	if err != nil {
 		return Result{}, fmt.Errorf("rate limit: %w", err)
 	}
+	if !res.Allowed {
+		k.l.refused.Store(k.key, time.Now().Add(res.RetryAfter))
+	}
 	return res, nil
+}
+
+// Refusing says whether this process saw key refused less than that
+// refusal's RetryAfter ago. Its next request is then likely refused too,
+// and work done for it before the decision would be wasted on a client
+// over its limit.
+func (l *Limiter) Refusing(key string) bool {
+	v, ok := l.refused.Load(key)
+	if !ok {
+		return false
+	}
+	if time.Now().Before(v.(time.Time)) {
+		return true
+	}
+	l.refused.CompareAndDelete(key, v)
+	return false
 }
 
 // coalesce decides the checks queued while the previous ones were in Redis:

@@ -239,3 +239,36 @@ func TestCrossingTheLimitTogether(t *testing.T) {
 		t.Errorf("got %d of %d concurrent checks allowed with %d left; want exactly %d", allowed, concurrent, limit-spent, limit-spent)
 	}
 }
+
+// TestRefusingAfterARefusal: a key refused is Refusing until its refusal's
+// RetryAfter has run; a key allowed, or another key, is not.
+func TestRefusingAfterARefusal(t *testing.T) {
+	t.Parallel()
+	const limit = 3600 // one request refills every second
+	l := ratelimit.New(testenv.Redis(t), limit)
+	key, other := payments.NewID("key_"), payments.NewID("key_")
+	ctx := context.Background()
+	for _, res := range checkAtOnce(t, l, key, limit) { // spend the hour at once
+		if !res.Allowed {
+			t.Fatalf("spending the budget: got %+v; want allowed", res)
+		}
+	}
+	if l.Refusing(key) {
+		t.Fatal("Refusing before any refusal: got true")
+	}
+	res, err := l.Allow(ctx, key)
+	if err != nil || res.Allowed {
+		t.Fatalf("check over the limit: got %+v, %v; want refused", res, err)
+	}
+	refused := time.Now()
+	if !l.Refusing(key) {
+		t.Error("Refusing right after a refusal: got false")
+	}
+	if l.Refusing(other) {
+		t.Error("Refusing for another key: got true")
+	}
+	time.Sleep(time.Until(refused.Add(res.RetryAfter + 50*time.Millisecond)))
+	if l.Refusing(key) {
+		t.Errorf("Refusing %v after a refusal with RetryAfter %v: got true", time.Since(refused), res.RetryAfter)
+	}
+}
