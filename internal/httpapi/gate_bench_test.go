@@ -101,14 +101,7 @@ func BenchmarkRoutes(b *testing.B) {
 	svc := payments.NewService(store, bl, time.Now, payments.WithSecrets(box), payments.WithSandboxClocks())
 	h := New(Deps{Service: svc, Store: store, Limiter: ratelimit.New(rdb, 1_000_000_000), Secrets: box,
 		Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	m, err := svc.CreateMerchant(ctx, "Bench", "", payments.PlanFree)
-	if err != nil {
-		b.Fatal(err)
-	}
-	k, err := svc.CreateKey(ctx, m.ID, false, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
+	m, k := merchantWithKey(b, svc, "Bench")
 	// 1,000 products with their prices, as make bench seeds them.
 	if _, err := db.ExecContext(ctx, `WITH s AS MATERIALIZED (
 		SELECT g, 'prod_b' || g AS pid, 'price_b' || g AS prid, now() - g * interval '1 minute' AS ts

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -46,15 +45,7 @@ func newTxStack(t *testing.T, wait time.Duration) *txStack {
 	}
 	s := &Server{svc: svc, store: store, limiter: ratelimit.New(testenv.Redis(t), 100000),
 		log: slog.New(slog.DiscardHandler), now: time.Now, box: box, wait: wait}
-	ctx := context.Background()
-	m, err := svc.CreateMerchant(ctx, "Tx", "", payments.PlanFree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := svc.CreateKey(ctx, m.ID, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, k := merchantWithKey(t, svc, "Tx")
 	ts := &txStack{key: k.Secret, db: db, mch: m.ID, release: make(chan struct{}), entered: make(chan struct{}, 10)}
 
 	r := gin.New()

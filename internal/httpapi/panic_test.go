@@ -185,15 +185,7 @@ func TestRecoverPanicsReleasesIdempotencyKey(t *testing.T) {
 	store := postgres.New(db)
 	svc := payments.NewService(store, nil, time.Now)
 	s := &Server{svc: svc, store: store, limiter: ratelimit.New(testenv.Redis(t), 1000), log: slog.New(slog.DiscardHandler), now: time.Now}
-	ctx := context.Background()
-	m, err := svc.CreateMerchant(ctx, "Panics", "", payments.PlanFree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := svc.CreateKey(ctx, m.ID, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, k := merchantWithKey(t, svc, "Panics")
 
 	// The chain of New, with a /v1 route that panics.
 	r := gin.New()
@@ -226,4 +218,19 @@ func TestRecoverPanicsReleasesIdempotencyKey(t *testing.T) {
 			t.Errorf("attempt %d: handler ran %d times, want %d", i, got, i)
 		}
 	}
+}
+
+// merchantWithKey creates a merchant named name and a test-mode key of it.
+func merchantWithKey(tb testing.TB, svc *payments.Service, name string) (payments.Merchant, payments.NewKey) {
+	tb.Helper()
+	ctx := context.Background()
+	m, err := svc.CreateMerchant(ctx, name, "", payments.PlanFree)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	k, err := svc.CreateKey(ctx, m.ID, false, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m, k
 }

@@ -36,15 +36,7 @@ func newReadsStack(t *testing.T, rdb redis.UniversalClient, perHour int, read ha
 	store := postgres.New(db)
 	svc := payments.NewService(store, nil, time.Now)
 	s := &Server{svc: svc, store: store, limiter: ratelimit.New(rdb, perHour), log: slog.New(slog.DiscardHandler), now: time.Now, reads: map[string]bool{}}
-	ctx := context.Background()
-	m, err := svc.CreateMerchant(ctx, "Reads", "", payments.PlanFree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := svc.CreateKey(ctx, m.ID, false, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, k := merchantWithKey(t, svc, "Reads")
 	st := &readsStack{key: k.Secret}
 	r := gin.New()
 	r.Use(s.edge, s.recoverPanics, metrics, s.limitBody)
