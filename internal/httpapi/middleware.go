@@ -151,28 +151,35 @@ const limiterBudget = 150 * time.Millisecond
 // for about 2 s, and during a Sentinel failover it waits for the new
 // master; a payment request should not. Each request let through that way
 // counts in paysvc_ratelimit_unavailable_total.
-//
-// A read route (Server.reads) runs while Redis decides, so its request
-// waits for the longer of the two, not for both one after the other; its
-// response is held until the decision, and dropped for the 429 if refused.
-// A key this process saw refused within its Retry-After is decided first,
-// so a client over its limit does not make the database work for nothing.
 func (s *Server) rateLimit(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), limiterBudget)
+	ok := s.allowed(c, s.limiter.Start(ctx, c.GetString(ctxKeyID)))
+	cancel()
+	if ok {
+		c.Next()
+	}
+}
+
+// rateLimitRead is rateLimit for a read route: the read runs while Redis
+// decides, so its request waits for the longer of the two, not for both
+// one after the other; its response is held until the decision, and
+// dropped for the 429 if refused. A key this process saw refused within
+// its Retry-After is decided first, as rateLimit does, so a client over
+// its limit does not make the database work for nothing.
+func (s *Server) rateLimitRead(c *gin.Context) {
 	key := c.GetString(ctxKeyID)
+	if s.limiter.Refusing(key) {
+		s.rateLimit(c)
+		return
+	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), limiterBudget)
 	defer cancel()
 	check := s.limiter.Start(ctx, key)
-	if c.Request.Method != http.MethodGet || !s.reads[c.FullPath()] || s.limiter.Refusing(key) {
-		if s.allowed(c, check) {
-			c.Next()
-		}
-		return
-	}
 	w := &captureWriter{ResponseWriter: c.Writer}
 	c.Writer = w
 	defer func() { c.Writer = w.ResponseWriter }() // a panic is answered on the real writer
 	c.Next()
-	c.Writer = w.ResponseWriter
+	c.Writer = w.ResponseWriter // allowed answers a refusal on it
 	if s.allowed(c, check) {
 		w.ResponseWriter.WriteHeader(w.Status())
 		w.ResponseWriter.Write(w.buf.Bytes()) //nolint:errcheck // the client may have gone

@@ -81,9 +81,6 @@ type Server struct {
 	stripe  StripeWebhook
 	// limitValue caches X-RateLimit-Limit's value.
 	limitValue atomic.Pointer[limitValue]
-	// reads are the full paths of the GET routes that only read this
-	// service's database: they run while the rate limiter decides.
-	reads map[string]bool
 }
 
 // New returns the API's http.Handler.
@@ -94,7 +91,7 @@ func New(d Deps) http.Handler {
 	if d.Secrets == nil {
 		panic("httpapi: Deps.Secrets is required")
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, pages: d.Pages, crash: d.Crash, wait: idempotencyWait, stripe: d.StripeWebhook, reads: map[string]bool{}}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, pages: d.Pages, crash: d.Crash, wait: idempotencyWait, stripe: d.StripeWebhook}
 	if d.Service != nil {
 		s.now = d.Service.Clock().Base
 	}
@@ -119,11 +116,10 @@ func New(d Deps) http.Handler {
 
 	v1 := r.Group("/v1", s.authenticate, s.rateLimit, s.idempotency)
 	// read registers a GET that only reads this service's database (not
-	// the processor's): it runs while the rate limiter decides (rateLimit).
-	read := func(path string, h handler) {
-		v1.GET(path, s.wrap(h))
-		s.reads["/v1"+path] = true
-	}
+	// the processor's): it runs while the rate limiter decides
+	// (rateLimitRead). A GET takes no Idempotency-Key.
+	reads := r.Group("/v1", s.authenticate, s.rateLimitRead)
+	read := func(path string, h handler) { reads.GET(path, s.wrap(h)) }
 	v1.POST("/products", s.wrap(s.createProduct))
 	read("/products", s.listProducts)
 	read("/products/:id", s.getProduct)
