@@ -779,14 +779,15 @@ endpoint_id() {
 
 # seed_deliveries MERCHANT ENDPOINT EVERY: a delivery of each of MERCHANT's
 # events to ENDPOINT, made when its event was; every EVERYth failed after 3
-# attempts.
+# attempts. (Their attempts are not written: the delivery log reads the
+# last response from the delivery, migration 0020.)
 seed_deliveries() {
 	pg -v mid="$1" -v ep="$2" -v every="$3" <<-'SQL'
-		INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, attempts,
-		    last_status, next_attempt_at, delivered_at, created_at, event_created_at)
-		SELECT 'whd_' || substr(md5(e.id), 1, 24), e.merchant_id, e.livemode, e.id, :'ep',
+		INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, event_type, endpoint_id, status, attempts,
+		    last_status, last_response_body, next_attempt_at, delivered_at, created_at, event_created_at)
+		SELECT 'whd_' || substr(md5(e.id), 1, 24), e.merchant_id, e.livemode, e.id, e.type, :'ep',
 		       CASE WHEN failed THEN 'failed' ELSE 'succeeded' END, CASE WHEN failed THEN 3 ELSE 1 END,
-		       CASE WHEN failed THEN 503 ELSE 200 END,
+		       CASE WHEN failed THEN 503 ELSE 200 END, CASE WHEN failed THEN 'unavailable' ELSE 'ok' END,
 		       e.created_at, CASE WHEN NOT failed THEN e.created_at END, e.created_at, e.created_at
 		FROM (SELECT *, row_number() OVER () % :every = 0 AS failed FROM events
 		      WHERE merchant_id = :'mid' AND livemode = false) e;

@@ -283,6 +283,12 @@ func TestResendRules(t *testing.T) {
 	if len(got) != 2 || got[0].ID == got[1].ID || got[0].Event != ev || got[1].Event != ev {
 		t.Errorf("deliveries after two resends: got %+v, want two of %s", got, ev)
 	}
+	// Written with their event's type, which the delivery log reads from
+	// the delivery alone (migration 0020).
+	var typed int
+	if err := h.db.Get(&typed, `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND event_type = 'payment_intent.succeeded'`, we.ID); err != nil || typed != 2 {
+		t.Errorf("resent deliveries with their event's type: %d, %v; want 2", typed, err)
+	}
 }
 
 func TestEndpointRotateSecret(t *testing.T) {

@@ -24,10 +24,10 @@ func insertEvents(ctx context.Context, tx *txn, sc payments.Scope, events []paym
 		INSERT INTO events (id, merchant_id, livemode, type, data, created_at) VALUES ($1, $2, $3, $4, $5, $6)
 		RETURNING id, type, created_at
 	)
-	INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, endpoint_id, status, next_attempt_at, created_at, event_created_at)
+	INSERT INTO webhook_deliveries (id, merchant_id, livemode, event_id, event_type, endpoint_id, status, next_attempt_at, created_at, event_created_at)
 	SELECT 'whd_' || lpad(to_hex(floor(extract(epoch FROM e.created_at) * 1000)::bigint), 12, '0') -- a timed id (payments.IDTime)
 			|| replace(gen_random_uuid()::text, '-', ''),
-		we.merchant_id, we.livemode, e.id, we.id, 'pending', e.created_at, e.created_at, e.created_at
+		we.merchant_id, we.livemode, e.id, e.type, we.id, 'pending', e.created_at, e.created_at, e.created_at
 	FROM e, webhook_endpoints we
 	WHERE we.merchant_id = $2 AND we.livemode = $3 AND we.status = 'enabled' AND we.deleted_at IS NULL
 		AND (we.events ? '*' OR we.events ? e.type)

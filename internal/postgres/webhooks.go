@@ -323,7 +323,7 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 		// afresh it cost more than the round trips it saved.)
 		const ok = `WITH d AS (
 			UPDATE webhook_deliveries SET status = 'succeeded', attempts = attempts + 1, last_status = $5,
-				last_error = NULL, delivered_at = $6
+				last_response_body = $8, last_error = NULL, delivered_at = $6
 			WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at = $9 AND status = 'pending'
 		), a AS (
 			INSERT INTO webhook_attempts (id, merchant_id, livemode, delivery_id, http_status, response_body, created_at, event_created_at)
@@ -377,7 +377,7 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 			VALUES ($8, $1, $2, $3, $5, $9, $10, $11, $12)
 		)
 		UPDATE webhook_deliveries SET status = $4, attempts = attempts + 1, last_status = $5,
-			last_error = $6, next_attempt_at = $7
+			last_response_body = $9, last_error = $6, next_attempt_at = $7
 		WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND event_created_at = $12
 			AND status = 'pending' -- a delivery cancelled meanwhile (endpoint deleted) stays so`
 		if _, err := tx.ExecContext(ctx, upd, d.MerchantID, d.Live, d.ID, status, httpStatus, lastError, a.NextAttempt,
