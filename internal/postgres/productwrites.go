@@ -23,7 +23,7 @@ import (
 // What a caller sees is unchanged: its call returns after the commit that
 // holds its product, so a product is durable before it is reported created.
 // If the statement fails, which the domain's validation leaves to rare
-// cases (a merchant deleted meanwhile), no product of it was written, and
+// cases (a merchant deleted meanwhile, or a reply lost, see createAlone),
 // each creation is tried again alone to get its own answer. A creation in a
 // request's transaction (an idempotent POST's) runs there, alone.
 
@@ -34,8 +34,26 @@ type productCreate struct {
 }
 
 // createAlone inserts one product by itself.
+//
+// A product of its id already in the scope, made at its time, is its own:
+// ids are random and new. The one way to find it there is a statement of
+// this creation that committed and whose reply was lost, the connection
+// broken after the commit: lib/pq reports that as driver.ErrBadConn,
+// database/sql runs the statement again on another connection, and a
+// statement of creations together that failed so is tried again alone,
+// here. Without this look-up each failed on the primary key, and its caller
+// got an error for a product that was created.
 func (s *Store) createAlone(ctx context.Context, c productCreate) (struct{}, error) {
-	return struct{}{}, s.insertProduct(ctx, c.sc, c.p)
+	err := s.insertProduct(ctx, c.sc, c.p)
+	// Either key may be the one reported: the statement writes both.
+	if isUniqueViolation(err, "products_pkey") || isUniqueViolation(err, "prices_pkey") {
+		const q = `SELECT true FROM products WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND created_at = $4`
+		var written bool
+		if s.q.GetContext(ctx, &written, q, c.sc.MerchantID, c.sc.Live, c.p.ID, c.p.Created) == nil {
+			return struct{}{}, nil
+		}
+	}
+	return struct{}{}, err
 }
 
 // createProductsTogether answers creations with one statement, or, if it

@@ -1,16 +1,24 @@
 package postgres_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"paysvc/internal/payments"
+	"paysvc/internal/postgres"
 	"paysvc/internal/testenv"
 )
 
@@ -165,5 +173,147 @@ func TestGivenUpCreationsWriteNothing(t *testing.T) {
 	}
 	if len(page.Data) != 0 {
 		t.Errorf("creations given up before they ran wrote %s", page.Data[0].ID)
+	}
+}
+
+// TestCreationsWhoseReplyIsLost: when the connection breaks after
+// PostgreSQL committed creations written together, before their reply
+// reached the API, each caller gets its product, created once, not an
+// error (the statement is run again on another connection, then each
+// creation alone, and both find the products written).
+func TestCreationsWhoseReplyIsLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lost := loseReplyOfInsert(t, testenv.DatabaseURL(t), 2)
+	db, err := postgres.OpenMode(ctx, lost.url, 8, testenv.PoolMode(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	store := postgres.New(db)
+	m := payments.Merchant{ID: payments.NewID("mch_"), Name: t.Name(), Plan: payments.PlanFree, Created: time.Now()}
+	if err := store.CreateMerchant(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	sc := payments.Scope{MerchantID: m.ID}
+	for round := 0; lost.dropped.Load() == 0; round++ {
+		if round == 20 {
+			t.Fatal("20 rounds of 50 creations at once, and none was written together")
+		}
+		const n = 50
+		made := make([]payments.Product, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			made[i] = variedProduct(false, 3*i+1) // each with a price: the statement's tag counts them
+			wg.Go(func() {
+				<-start
+				errs[i] = store.CreateProduct(ctx, sc, made[i])
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d, product %d: %v", round, i, err)
+				continue
+			}
+			got, err := store.Product(ctx, sc, made[i].ID)
+			if err != nil {
+				t.Errorf("round %d, product %d: read: %v", round, i, err)
+			} else if err := sameProduct(got, made[i]); err != nil {
+				t.Errorf("round %d, product %d: %v", round, i, err)
+			}
+		}
+	}
+	var count int
+	if err := db.GetContext(ctx, &count, `SELECT count(*) FROM products WHERE merchant_id = $1`, sc.MerchantID); err != nil {
+		t.Fatal(err)
+	}
+	if count%50 != 0 {
+		t.Errorf("%d products for rounds of 50", count)
+	}
+}
+
+// lostReply forwards connections to PostgreSQL, and once breaks the one
+// whose reply holds an INSERT of at least min rows: the reply is held
+// until the server's ReadyForQuery, which it sends after the commit, and
+// then both ends are closed instead.
+type lostReply struct {
+	url     string
+	dropped atomic.Int32
+}
+
+func loseReplyOfInsert(t *testing.T, serverURL string, min int) *lostReply {
+	t.Helper()
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	u.Host = ln.Addr().String()
+	l := &lostReply{url: u.String()}
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", upstream)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(server, client); server.Close() }()
+			go l.replies(client, server, min)
+		}
+	}()
+	return l
+}
+
+// replies forwards the server's messages to the client a reply at a time
+// (up to ReadyForQuery; authentication requests at once).
+func (l *lostReply) replies(client, server net.Conn, min int) {
+	defer client.Close()
+	defer server.Close()
+	r := bufio.NewReader(server)
+	var reply []byte
+	batch := false
+	for {
+		head := make([]byte, 5)
+		if _, err := io.ReadFull(r, head); err != nil {
+			_, _ = client.Write(reply)
+			return
+		}
+		body := make([]byte, binary.BigEndian.Uint32(head[1:])-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			_, _ = client.Write(reply)
+			return
+		}
+		reply = append(append(reply, head...), body...)
+		if head[0] == 'C' { // CommandComplete: "INSERT 0 <rows>"
+			if rows, ok := strings.CutPrefix(strings.TrimRight(string(body), "\x00"), "INSERT 0 "); ok {
+				if n, _ := strconv.Atoi(rows); n >= min {
+					batch = true
+				}
+			}
+		}
+		if head[0] != 'Z' && head[0] != 'R' {
+			continue
+		}
+		if head[0] == 'Z' && batch && l.dropped.CompareAndSwap(0, 1) {
+			return // committed; the reply never arrives
+		}
+		batch = false
+		if _, err := client.Write(reply); err != nil {
+			return
+		}
+		reply = reply[:0]
 	}
 }
