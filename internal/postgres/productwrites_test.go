@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -247,41 +246,17 @@ type lostReply struct {
 
 func loseReplyOfInsert(t *testing.T, serverURL string, min int) *lostReply {
 	t.Helper()
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream := u.Host
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	u.Host = ln.Addr().String()
-	l := &lostReply{url: u.String()}
-	go func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			server, err := net.Dial("tcp", upstream)
-			if err != nil {
-				client.Close()
-				continue
-			}
-			go func() { _, _ = io.Copy(server, client); server.Close() }()
-			go l.replies(client, server, min)
-		}
-	}()
+	l := &lostReply{}
+	l.url = testenv.Forward(t, serverURL, func(client, server net.Conn) {
+		go func() { _, _ = io.Copy(server, client); server.Close() }()
+		l.replies(client, server, min)
+	})
 	return l
 }
 
 // replies forwards the server's messages to the client a reply at a time
 // (up to ReadyForQuery; authentication requests at once).
 func (l *lostReply) replies(client, server net.Conn, min int) {
-	defer client.Close()
-	defer server.Close()
 	r := bufio.NewReader(server)
 	var reply []byte
 	batch := false

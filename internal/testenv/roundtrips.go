@@ -19,6 +19,17 @@ type RoundTrips struct {
 // scheme with a host:port) until the test ends.
 func CountRoundTrips(tb testing.TB, serverURL string) *RoundTrips {
 	tb.Helper()
+	c := &RoundTrips{}
+	c.URL = Forward(tb, serverURL, c.forward)
+	return c
+}
+
+// Forward listens on a loopback port until the test ends, and serves each
+// connection it accepts with a new connection to the server of serverURL
+// (any scheme with a host:port), both closed when serve returns. It
+// returns serverURL with the listener's address.
+func Forward(tb testing.TB, serverURL string, serve func(client, server net.Conn)) string {
+	tb.Helper()
 	u, err := url.Parse(serverURL)
 	if err != nil {
 		tb.Fatal(err)
@@ -30,29 +41,30 @@ func CountRoundTrips(tb testing.TB, serverURL string) *RoundTrips {
 	}
 	tb.Cleanup(func() { ln.Close() })
 	u.Host = ln.Addr().String()
-	c := &RoundTrips{URL: u.String()}
 	go func() {
 		for {
 			client, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go c.forward(client, upstream)
+			go func() {
+				defer client.Close()
+				server, err := net.Dial("tcp", upstream)
+				if err != nil {
+					return
+				}
+				defer server.Close()
+				serve(client, server)
+			}()
 		}
 	}()
-	return c
+	return u.String()
 }
 
 // Trips is the number of round trips so far, over every connection.
 func (c *RoundTrips) Trips() int64 { return c.trips.Load() }
 
-func (c *RoundTrips) forward(client net.Conn, upstream string) {
-	defer client.Close()
-	server, err := net.Dial("tcp", upstream)
-	if err != nil {
-		return
-	}
-	defer server.Close()
+func (c *RoundTrips) forward(client, server net.Conn) {
 	var serverSpoke atomic.Bool
 	serverSpoke.Store(true)
 	go func() {
