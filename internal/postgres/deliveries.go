@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -195,12 +194,12 @@ func (s *Store) legacyDeliveries(ctx context.Context, sc payments.Scope, rows []
 		return fmt.Errorf("select legacy deliveries: %w", err)
 	}
 	for _, f := range found {
-		i := slices.IndexFunc(rows, func(r deliveryLogRow) bool { return r.ID == f.ID })
-		if i < 0 {
-			continue
+		for i := range rows {
+			if rows[i].ID == f.ID {
+				rows[i].EventType = sql.NullString{String: f.Type, Valid: true}
+				rows[i].LastResponseBody = f.ResponseBody
+			}
 		}
-		rows[i].EventType = sql.NullString{String: f.Type, Valid: true}
-		rows[i].LastResponseBody = f.ResponseBody
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -261,28 +260,23 @@ func (l *lostReply) replies(client, server net.Conn, min int) {
 	var reply []byte
 	batch := false
 	for {
-		head := make([]byte, 5)
-		if _, err := io.ReadFull(r, head); err != nil {
+		typ, msg, err := testenv.ReadMessage(r)
+		if err != nil {
 			_, _ = client.Write(reply)
 			return
 		}
-		body := make([]byte, binary.BigEndian.Uint32(head[1:])-4)
-		if _, err := io.ReadFull(r, body); err != nil {
-			_, _ = client.Write(reply)
-			return
-		}
-		reply = append(append(reply, head...), body...)
-		if head[0] == 'C' { // CommandComplete: "INSERT 0 <rows>"
-			if rows, ok := strings.CutPrefix(strings.TrimRight(string(body), "\x00"), "INSERT 0 "); ok {
+		reply = append(reply, msg...)
+		if typ == 'C' { // CommandComplete: "INSERT 0 <rows>"
+			if rows, ok := strings.CutPrefix(strings.TrimRight(string(msg[5:]), "\x00"), "INSERT 0 "); ok {
 				if n, _ := strconv.Atoi(rows); n >= min {
 					batch = true
 				}
 			}
 		}
-		if head[0] != 'Z' && head[0] != 'R' {
+		if typ != 'Z' && typ != 'R' {
 			continue
 		}
-		if head[0] == 'Z' && batch && l.dropped.CompareAndSwap(0, 1) {
+		if typ == 'Z' && batch && l.dropped.CompareAndSwap(0, 1) {
 			return // committed; the reply never arrives
 		}
 		batch = false

@@ -132,7 +132,9 @@ func (c *guardConn) startup(r *bufio.Reader) bool {
 	}
 }
 
-func readMsg(r *bufio.Reader) (typ byte, msg []byte, err error) {
+// ReadMessage reads one message of PostgreSQL's protocol after start-up:
+// its type and the whole message, header included, as it came.
+func ReadMessage(r *bufio.Reader) (typ byte, msg []byte, err error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
@@ -151,7 +153,7 @@ func readMsg(r *bufio.Reader) (typ byte, msg []byte, err error) {
 // ReadyForQuery's transaction status (I idle, T in a transaction, E failed).
 func (c *guardConn) fromServer(r *bufio.Reader) {
 	for {
-		typ, msg, err := readMsg(r)
+		typ, msg, err := ReadMessage(r)
 		if err != nil {
 			return
 		}
@@ -175,7 +177,7 @@ func (c *guardConn) fromClient(r *bufio.Reader) {
 	var parsed, executed bool
 	var problem string
 	for {
-		typ, msg, err := readMsg(r)
+		typ, msg, err := ReadMessage(r)
 		if err != nil {
 			return
 		}
