@@ -37,9 +37,17 @@ func (s *Store) AdvanceClock(ctx context.Context, sc payments.Scope, by time.Dur
 	ON CONFLICT (merchant_id, livemode) DO UPDATE
 	SET offset_us = sandbox_clocks.offset_us + EXCLUDED.offset_us, updated_at = now()
 	RETURNING offset_us`
+	// In a transaction: alone, a lost reply would run the statement again
+	// and move the clock twice (rerun.go); in one, it is an error.
 	var us int64
-	if err := s.db.GetContext(ctx, &us, q, sc.MerchantID, sc.Live, by.Microseconds()); err != nil {
-		return 0, fmt.Errorf("advance sandbox clock: %w", err)
+	err := s.inTx(ctx, func(tx *txn) error {
+		if err := tx.GetContext(ctx, &us, q, sc.MerchantID, sc.Live, by.Microseconds()); err != nil {
+			return fmt.Errorf("advance sandbox clock: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
 	return time.Duration(us) * time.Microsecond, nil
 }

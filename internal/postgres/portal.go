@@ -14,8 +14,9 @@ import (
 func (s *Store) CreatePortalSession(ctx context.Context, sc payments.Scope, ps payments.PortalSession) error {
 	const q = `INSERT INTO portal_sessions (merchant_id, livemode, id, subscription_id, customer_id, return_url, expires_at, created_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
-	if _, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, ps.ID, ps.SubscriptionID, ps.CustomerID, ps.ReturnURL,
-		ps.ExpiresAt, ps.Created); err != nil {
+	_, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, ps.ID, ps.SubscriptionID, ps.CustomerID, ps.ReturnURL,
+		ps.ExpiresAt, ps.Created)
+	if err != nil && !writtenBefore(err, "portal_sessions_pkey") { // rerun.go
 		return fmt.Errorf("insert portal session: %w", err)
 	}
 	return nil

@@ -35,23 +35,16 @@ type productCreate struct {
 
 // createAlone inserts one product by itself.
 //
-// A product of its id already in the scope, made at its time, is its own:
-// ids are random and new. The one way to find it there is a statement of
-// this creation that committed and whose reply was lost, the connection
-// broken after the commit: lib/pq reports that as driver.ErrBadConn,
-// database/sql runs the statement again on another connection, and a
-// statement of creations together that failed so is tried again alone,
-// here. Without this look-up each failed on the primary key, and its caller
-// got an error for a product that was created.
+// A statement of creations together that committed and whose reply was
+// lost is run again (rerun.go), fails on the primary keys, and each of its
+// creations is tried again alone, here: each meets its own product, and
+// writtenBefore reports it created. Without that each failed on the
+// primary key, and its caller got an error for a product that was created.
 func (s *Store) createAlone(ctx context.Context, c productCreate) (struct{}, error) {
 	err := s.insertProduct(ctx, c.sc, c.p)
 	// Either key may be the one reported: the statement writes both.
-	if isUniqueViolation(err, "products_pkey") || isUniqueViolation(err, "prices_pkey") {
-		const q = `SELECT true FROM products WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND created_at = $4`
-		var written bool
-		if s.q.GetContext(ctx, &written, q, c.sc.MerchantID, c.sc.Live, c.p.ID, c.p.Created) == nil {
-			return struct{}{}, nil
-		}
+	if writtenBefore(err, "products_pkey", "prices_pkey") {
+		return struct{}{}, nil
 	}
 	return struct{}{}, err
 }

@@ -1,17 +1,12 @@
 package postgres_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"reflect"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,7 +177,8 @@ func TestGivenUpCreationsWriteNothing(t *testing.T) {
 func TestCreationsWhoseReplyIsLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	lost := loseReplyOfInsert(t, testenv.DatabaseURL(t), 2)
+	lost := loseReplies(t, testenv.DatabaseURL(t))
+	lost.arm(insertOf(2)) // each with a price: the statement's tag counts them
 	db, err := postgres.OpenMode(ctx, lost.url, 8, testenv.PoolMode(), false)
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +200,7 @@ func TestCreationsWhoseReplyIsLost(t *testing.T) {
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		for i := range n {
-			made[i] = variedProduct(false, 3*i+1) // each with a price: the statement's tag counts them
+			made[i] = variedProduct(false, 3*i+1) // each with a price
 			wg.Go(func() {
 				<-start
 				errs[i] = store.CreateProduct(ctx, sc, made[i])
@@ -231,58 +227,5 @@ func TestCreationsWhoseReplyIsLost(t *testing.T) {
 	}
 	if count%50 != 0 {
 		t.Errorf("%d products for rounds of 50", count)
-	}
-}
-
-// lostReply forwards connections to PostgreSQL, and once breaks the one
-// whose reply holds an INSERT of at least min rows: the reply is held
-// until the server's ReadyForQuery, which it sends after the commit, and
-// then both ends are closed instead.
-type lostReply struct {
-	url     string
-	dropped atomic.Int32
-}
-
-func loseReplyOfInsert(t *testing.T, serverURL string, min int) *lostReply {
-	t.Helper()
-	l := &lostReply{}
-	l.url = testenv.Forward(t, serverURL, func(client, server net.Conn) {
-		go func() { _, _ = io.Copy(server, client); server.Close() }()
-		l.replies(client, server, min)
-	})
-	return l
-}
-
-// replies forwards the server's messages to the client a reply at a time
-// (up to ReadyForQuery; authentication requests at once).
-func (l *lostReply) replies(client, server net.Conn, min int) {
-	r := bufio.NewReader(server)
-	var reply []byte
-	batch := false
-	for {
-		typ, msg, err := testenv.ReadMessage(r)
-		if err != nil {
-			_, _ = client.Write(reply)
-			return
-		}
-		reply = append(reply, msg...)
-		if typ == 'C' { // CommandComplete: "INSERT 0 <rows>"
-			if rows, ok := strings.CutPrefix(strings.TrimRight(string(msg[5:]), "\x00"), "INSERT 0 "); ok {
-				if n, _ := strconv.Atoi(rows); n >= min {
-					batch = true
-				}
-			}
-		}
-		if typ != 'Z' && typ != 'R' {
-			continue
-		}
-		if typ == 'Z' && batch && l.dropped.CompareAndSwap(0, 1) {
-			return // committed; the reply never arrives
-		}
-		batch = false
-		if _, err := client.Write(reply); err != nil {
-			return
-		}
-		reply = reply[:0]
 	}
 }

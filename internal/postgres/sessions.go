@@ -155,7 +155,7 @@ func (s *Store) CreateSession(ctx context.Context, sc payments.Scope, cs payment
 		cs.AmountSubtotal, cs.AmountTotal, cs.PassFees, jsonb(cs.LineItems), cs.CustomerID, cs.CustomerEmail, cs.SuccessURL,
 		cs.CancelURL, cs.CollectShipping, cs.BillingAddressCollection, jsonb(cs.ShippingCountries), jsonb(cs.ShippingOptions),
 		jsonb(cs.Metadata), cs.ExpiresAt, cs.Created, mode, cs.TrialPeriodDays)
-	if err != nil {
+	if err != nil && !writtenBefore(err, "checkout_sessions_pkey") { // rerun.go
 		return fmt.Errorf("insert session: %w", err)
 	}
 	return nil

@@ -16,7 +16,8 @@ import (
 func (s *Store) CreateQuantityPreview(ctx context.Context, sc payments.Scope, p payments.QuantityPreview) error {
 	const q = `INSERT INTO subscription_quantity_previews (merchant_id, livemode, id, subscription_id, change, expires_at, created_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7)`
-	if _, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, p.ID, p.Change.SubscriptionID, jsonb(p.Change), p.ExpiresAt, p.Created); err != nil {
+	_, err := s.q.ExecContext(ctx, q, sc.MerchantID, sc.Live, p.ID, p.Change.SubscriptionID, jsonb(p.Change), p.ExpiresAt, p.Created)
+	if err != nil && !writtenBefore(err, "subscription_quantity_previews_pkey") { // rerun.go
 		return fmt.Errorf("insert quantity preview: %w", err)
 	}
 	return nil

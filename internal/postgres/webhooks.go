@@ -151,9 +151,18 @@ func (s *Store) UpdateEndpoint(ctx context.Context, sc payments.Scope, id string
 // RotateEndpointSecret replaces the endpoint's sealed secret with sealed and
 // keeps the replaced one, which signs deliveries too until grace from now
 // (the database's clock, which DeliveryForSend reads it against).
+//
+// A second run of the statement (rerun.go) finds sealed in place, and
+// keeps the replaced secret: swapping again would make sealed its own
+// previous one, and deliveries would stop being signed with the replaced
+// secret before its grace ended. Sealing is randomised, so no other
+// rotation sets these bytes.
 func (s *Store) RotateEndpointSecret(ctx context.Context, sc payments.Scope, id string, sealed []byte, grace time.Duration) (payments.Endpoint, error) {
-	q := `UPDATE webhook_endpoints SET previous_secret_sealed = secret_sealed, secret_sealed = $4,
-		previous_secret_expires_at = now() + make_interval(secs => $5)
+	q := `UPDATE webhook_endpoints SET
+		previous_secret_sealed = CASE WHEN secret_sealed = $4 THEN previous_secret_sealed ELSE secret_sealed END,
+		previous_secret_expires_at = CASE WHEN secret_sealed = $4 THEN previous_secret_expires_at
+			ELSE now() + make_interval(secs => $5) END,
+		secret_sealed = $4
 	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND deleted_at IS NULL
 	RETURNING ` + endpointCols
 	var r endpointRow
