@@ -1,5 +1,12 @@
 package postgres
 
+import (
+	"errors"
+	"strings"
+
+	"github.com/lib/pq"
+)
+
 // A statement outside a transaction can run twice. When the connection
 // breaks after PostgreSQL committed a statement but before its reply
 // arrived (a pooler restarted, a TCP reset), lib/pq reports the closed
@@ -20,10 +27,6 @@ package postgres
 //     RotateEndpointSecret);
 //   - a write that adds (the sandbox clock's advance) runs in a
 //     transaction, where a lost reply is an error, not a second run.
-//
-// The webhook attempt's statement (RecordAttempt) is left to fail on its
-// attempt's key: its delivery is already marked succeeded, so the task's
-// retry finds nothing to send.
 
 // writtenBefore reports whether err is a creation meeting its own row: a
 // unique violation of one of the primary keys named, each of which the
@@ -35,4 +38,14 @@ func writtenBefore(err error, pkeys ...string) bool {
 		}
 	}
 	return false
+}
+
+// attemptWrittenBefore is writtenBefore for a successful delivery's
+// statement (RecordAttempt): its second run finds the delivery no longer
+// pending, and meets its attempt on the key of the partition that holds it,
+// whose name varies (webhook_attempts_20261130_pkey, ..._default_pkey1).
+// The attempt's id is the only key the statement fills.
+func attemptWrittenBefore(err error) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && pqErr.Code == "23505" && strings.HasPrefix(pqErr.Table, "webhook_attempts")
 }

@@ -27,7 +27,8 @@ import (
 // database/sql runs such a statement again on another connection). A
 // creation is not an error for a row it wrote; a deletion is not a 404 for
 // the customer it deleted; a rotation keeps the replaced secret for its
-// grace period; the sandbox clock does not move twice.
+// grace period; a delivery's success is not an error; the sandbox clock
+// does not move twice.
 func TestWritesWhoseReplyIsLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -181,6 +182,21 @@ func TestWritesWhoseReplyIsLost(t *testing.T) {
 				return fmt.Errorf("secret %q, previous %q; want second, first", secret, previous)
 			}
 			return nil
+		}},
+		{name: "delivery's success", tag: func(tag string) bool { return tag == "SELECT 1" }, write: func() error {
+			ep := payments.Endpoint{ID: payments.NewID("we_"), URL: "https://shop.example/hook", Events: []string{"*"},
+				Status: payments.EndpointEnabled, Created: now}
+			if err := setup.CreateEndpoint(ctx, sc, ep, []byte("secret"), 16); err != nil {
+				return err
+			}
+			_, whd := insertOldEvent(t, direct, sc, ep.ID, now, payments.DeliveryPending) // with a failed attempt
+			d := payments.Delivery{ID: whd, MerchantID: m.ID, EndpointID: ep.ID, EventCreated: now}
+			a := payments.DeliveryAttempt{ID: payments.NewID("wha_"), At: time.Now(), HTTPStatus: 200, ResponseBody: "thanks"}
+			if _, err := store.RecordAttempt(ctx, d, a, payments.DisableReason); err != nil {
+				return err
+			}
+			return oneRow(direct, `SELECT count(*) FROM webhook_deliveries WHERE id = $1 AND status = 'succeeded' AND attempts = 1
+				AND (SELECT count(*) FROM webhook_attempts WHERE delivery_id = $1) = 2`, whd)
 		}},
 	}
 	for _, c := range cases {

@@ -352,7 +352,8 @@ func (s *Store) RecordAttempt(ctx context.Context, d payments.Delivery, a paymen
 				AND we.id IN (SELECT id FROM fresh UNION ALL SELECT id FROM reset)
 		)
 		SELECT set_config('synchronous_commit', 'off', true) -- this statement's own transaction; see above`
-		if _, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, httpStatus, a.At, a.ID, a.ResponseBody, d.EventCreated); err != nil {
+		_, err := s.q.ExecContext(ctx, ok, d.MerchantID, d.Live, d.ID, d.EndpointID, httpStatus, a.At, a.ID, a.ResponseBody, d.EventCreated)
+		if err != nil && !attemptWrittenBefore(err) { // rerun.go
 			return false, fmt.Errorf("record delivery: %w", err)
 		}
 		return false, nil
