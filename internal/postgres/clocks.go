@@ -51,3 +51,34 @@ func (s *Store) AdvanceClock(ctx context.Context, sc payments.Scope, by time.Dur
 	}
 	return time.Duration(us) * time.Microsecond, nil
 }
+
+// dueRows are a sweep's two statements (ExpireSessions says why two): due
+// finds the rows due at base time $1, onMovedClock those due only on a
+// scope's moved sandbox clock; both take the batch's room as $2 and read
+// each row's offset_us. what names the rows in errors.
+type dueRows struct {
+	what, due, onMovedClock string
+}
+
+// selectDue reads up to limit rows of q in the sweep's transaction: those
+// due at base time first, then, when the batch has room, those due only on
+// a moved clock.
+func selectDue[R any](ctx context.Context, tx *txn, q dueRows, now time.Time, limit int) ([]R, error) {
+	var rows []R
+	if err := tx.SelectContext(ctx, &rows, q.due, now, limit); err != nil {
+		return nil, fmt.Errorf("select %s: %w", q.what, err)
+	}
+	if len(rows) < limit {
+		var more []R
+		if err := tx.SelectContext(ctx, &more, q.onMovedClock, now, limit-len(rows)); err != nil {
+			return nil, fmt.Errorf("select %s on sandbox clocks: %w", q.what, err)
+		}
+		rows = append(rows, more...)
+	}
+	return rows, nil
+}
+
+// onClock is base time now on a scope's clock offsetUS ahead of it.
+func onClock(now time.Time, offsetUS int64) time.Time {
+	return now.Add(time.Duration(offsetUS) * time.Microsecond)
+}

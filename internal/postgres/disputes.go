@@ -198,28 +198,21 @@ func (s *Store) MarkProcessorEvent(ctx context.Context, sc payments.Scope, ev pa
 // posting right now. Two queries for the index's sake, as ExpireSessions:
 // disputes overdue at base time, then those overdue only on a moved clock.
 func (s *Store) CloseOverdueDisputes(ctx context.Context, now time.Time, limit int, fn func(*payments.Dispute, time.Time) (payments.Effects, error)) (int, error) {
-	const due = `SELECT ` + disputeCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
+	overdue := dueRows{what: "overdue disputes", due: `SELECT ` + disputeCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
 		WHERE c.merchant_id = disputes.merchant_id AND c.livemode = disputes.livemode), 0) AS offset_us
 	FROM disputes WHERE status = 'needs_response' AND evidence_due_by < $1
-	ORDER BY evidence_due_by LIMIT $2 FOR UPDATE SKIP LOCKED`
-	const dueOnMovedClock = `SELECT d.*, c.offset_us FROM sandbox_clocks c CROSS JOIN LATERAL (
+	ORDER BY evidence_due_by LIMIT $2 FOR UPDATE SKIP LOCKED`,
+		onMovedClock: `SELECT d.*, c.offset_us FROM sandbox_clocks c CROSS JOIN LATERAL (
 		SELECT ` + disputeCols + ` FROM disputes
 		WHERE merchant_id = c.merchant_id AND livemode = c.livemode AND status = 'needs_response'
 			AND evidence_due_by >= $1::timestamptz AND evidence_due_by < $1::timestamptz + c.offset_us * interval '1 microsecond'
 		ORDER BY evidence_due_by LIMIT $2 FOR UPDATE SKIP LOCKED) d
-	WHERE c.offset_us > 0 LIMIT $2`
+	WHERE c.offset_us > 0 LIMIT $2`}
 	n := 0
 	err := s.inTx(ctx, func(tx *txn) error {
-		var rows []disputeRow
-		if err := tx.SelectContext(ctx, &rows, due, now, limit); err != nil {
-			return fmt.Errorf("select overdue disputes: %w", err)
-		}
-		if len(rows) < limit {
-			var more []disputeRow
-			if err := tx.SelectContext(ctx, &more, dueOnMovedClock, now, limit-len(rows)); err != nil {
-				return fmt.Errorf("select disputes overdue on sandbox clocks: %w", err)
-			}
-			rows = append(rows, more...)
+		rows, err := selectDue[disputeRow](ctx, tx, overdue, now, limit)
+		if err != nil {
+			return err
 		}
 		for _, r := range rows {
 			d, err := r.dispute()
@@ -227,7 +220,7 @@ func (s *Store) CloseOverdueDisputes(ctx context.Context, now time.Time, limit i
 				return err
 			}
 			sc := payments.Scope{MerchantID: r.MerchantID, Live: r.Live}
-			eff, err := fn(&d, now.Add(time.Duration(r.OffsetUS)*time.Microsecond))
+			eff, err := fn(&d, onClock(now, r.OffsetUS))
 			if err != nil {
 				return err
 			}

@@ -270,35 +270,28 @@ func (s *Store) PayCheckout(ctx context.Context, sessionID string, fn func(payme
 // could not bound its index scan and would read every open session of
 // every merchant on each minute's sweep.
 func (s *Store) ExpireSessions(ctx context.Context, now time.Time, limit int, fn func(*payments.CheckoutSession, time.Time) (payments.Effects, error)) (int, error) {
-	const due = `SELECT ` + sessionCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
+	expired := dueRows{what: "expired sessions", due: `SELECT ` + sessionCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
 		WHERE c.merchant_id = checkout_sessions.merchant_id AND c.livemode = checkout_sessions.livemode), 0) AS offset_us
 	FROM checkout_sessions WHERE status = 'open' AND expires_at <= $1
-	ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`
-	const dueOnMovedClock = `SELECT s.*, c.offset_us FROM sandbox_clocks c CROSS JOIN LATERAL (
+	ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
+		onMovedClock: `SELECT s.*, c.offset_us FROM sandbox_clocks c CROSS JOIN LATERAL (
 		SELECT ` + sessionCols + ` FROM checkout_sessions
 		WHERE merchant_id = c.merchant_id AND livemode = c.livemode AND status = 'open'
 			AND expires_at > $1::timestamptz AND expires_at <= $1::timestamptz + c.offset_us * interval '1 microsecond'
 		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) s
-	WHERE c.offset_us > 0 LIMIT $2`
+	WHERE c.offset_us > 0 LIMIT $2`}
 	n := 0
 	err := s.inTx(ctx, func(tx *txn) error {
-		var rows []sessionRow
-		if err := tx.SelectContext(ctx, &rows, due, now, limit); err != nil {
-			return fmt.Errorf("select expired sessions: %w", err)
-		}
-		if len(rows) < limit {
-			var more []sessionRow
-			if err := tx.SelectContext(ctx, &more, dueOnMovedClock, now, limit-len(rows)); err != nil {
-				return fmt.Errorf("select sessions expired on sandbox clocks: %w", err)
-			}
-			rows = append(rows, more...)
+		rows, err := selectDue[sessionRow](ctx, tx, expired, now, limit)
+		if err != nil {
+			return err
 		}
 		for _, r := range rows {
 			cs, err := r.session()
 			if err != nil {
 				return err
 			}
-			eff, err := fn(&cs, now.Add(time.Duration(r.OffsetUS)*time.Microsecond))
+			eff, err := fn(&cs, onClock(now, r.OffsetUS))
 			if err != nil {
 				return err
 			}

@@ -110,16 +110,16 @@ func (s *Store) RenewDue(ctx context.Context, now time.Time, limit int, only *pa
 	// below; migration 0017); NOT EXISTS decides.
 	const noCharge = ` AND s.renewal_charged_for IS DISTINCT FROM s.current_period_end AND NOT EXISTS (SELECT 1 FROM subscription_charges ch
 		WHERE ch.subscription_id = s.id AND ch.period_start = s.current_period_end)`
-	const due = `SELECT s.merchant_id, ` + subscriptionCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
+	renewals := dueRows{what: "due subscriptions", due: `SELECT s.merchant_id, ` + subscriptionCols + `, coalesce((SELECT c.offset_us FROM sandbox_clocks c
 		WHERE c.merchant_id = s.merchant_id AND c.livemode = s.livemode), 0) AS offset_us
 	FROM subscriptions s WHERE s.status IN ('active', 'trialing') AND s.processor_subscription_id IS NULL AND s.due_at <= $1` + noCharge + `
-	ORDER BY s.due_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED`
-	const dueOnMovedClock = `SELECT d.*, c.offset_us FROM sandbox_clocks c CROSS JOIN LATERAL (
+	ORDER BY s.due_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED`,
+		onMovedClock: `SELECT d.*, c.offset_us FROM sandbox_clocks c CROSS JOIN LATERAL (
 		SELECT s.merchant_id, ` + subscriptionCols + ` FROM subscriptions s
 		WHERE s.merchant_id = c.merchant_id AND s.livemode = c.livemode AND s.status IN ('active', 'trialing') AND s.processor_subscription_id IS NULL
 			AND s.due_at > $1::timestamptz AND s.due_at <= $1::timestamptz + c.offset_us * interval '1 microsecond'` + noCharge + `
 		ORDER BY s.due_at LIMIT $2 FOR UPDATE OF s SKIP LOCKED) d
-	WHERE c.offset_us > 0 LIMIT $2`
+	WHERE c.offset_us > 0 LIMIT $2`}
 	const dueInScope = `SELECT s.merchant_id, ` + subscriptionCols + `, o.offset_us FROM subscriptions s,
 		(SELECT coalesce((SELECT c.offset_us FROM sandbox_clocks c WHERE c.merchant_id = $3 AND c.livemode = $4), 0) AS offset_us) o
 	WHERE s.merchant_id = $3 AND s.livemode = $4 AND s.status IN ('active', 'trialing') AND s.processor_subscription_id IS NULL
@@ -132,15 +132,11 @@ func (s *Store) RenewDue(ctx context.Context, now time.Time, limit int, only *pa
 			if err := tx.SelectContext(ctx, &rows, dueInScope, now, limit, only.MerchantID, only.Live); err != nil {
 				return fmt.Errorf("select the scope's due subscriptions: %w", err)
 			}
-		} else if err := tx.SelectContext(ctx, &rows, due, now, limit); err != nil {
-			return fmt.Errorf("select due subscriptions: %w", err)
-		}
-		if only == nil && len(rows) < limit {
-			var more []dueSubscriptionRow
-			if err := tx.SelectContext(ctx, &more, dueOnMovedClock, now, limit-len(rows)); err != nil {
-				return fmt.Errorf("select subscriptions due on sandbox clocks: %w", err)
+		} else {
+			var err error
+			if rows, err = selectDue[dueSubscriptionRow](ctx, tx, renewals, now, limit); err != nil {
+				return err
 			}
-			rows = append(rows, more...)
 		}
 		for _, r := range rows {
 			sc := payments.Scope{MerchantID: r.MerchantID, Live: r.Live}
@@ -148,7 +144,7 @@ func (s *Store) RenewDue(ctx context.Context, now time.Time, limit int, only *pa
 			if err != nil {
 				return err
 			}
-			ch, eff, err := fn(sc, &sub, now.Add(time.Duration(r.OffsetUS)*time.Microsecond))
+			ch, eff, err := fn(sc, &sub, onClock(now, r.OffsetUS))
 			if err != nil {
 				return err
 			}
