@@ -14,61 +14,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"paysvc/internal/dashboard"
 	"paysvc/internal/payments"
 	"paysvc/internal/processor/sandbox"
+	"paysvc/internal/testenv"
 )
-
-const (
-	chromiumPath    = "/usr/bin/chromium"
-	stepTimeout     = 30 * time.Second
-	browserLifetime = 3 * time.Minute
-)
-
-// newBrowser starts a headless Chromium with a fresh profile; without
-// /usr/bin/chromium the test is skipped, except under CI=true.
-func newBrowser(t *testing.T, width, height int) context.Context {
-	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and %s is missing: %v", chromiumPath, err)
-		}
-		t.Skipf("%s not found: browser tests need Debian's chromium", chromiumPath)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(width, height),
-	)
-	life, cancelLife := context.WithTimeout(context.Background(), browserLifetime)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(life, opts...)
-	ctx, cancelCtx := chromedp.NewContext(alloc)
-	t.Cleanup(cancelLife)
-	t.Cleanup(cancelAlloc)
-	t.Cleanup(cancelCtx)
-	done := make(chan error, 1)
-	go func() { done <- chromedp.Do(ctx) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("start chromium: %v", err)
-		}
-	case <-time.After(stepTimeout):
-		t.Fatalf("start chromium: no answer within %s", stepTimeout)
-	}
-	return ctx
-}
-
-func step(t *testing.T, browser context.Context) context.Context {
-	ctx, cancel := context.WithTimeout(browser, stepTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func do(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
@@ -140,8 +93,8 @@ func TestBrowserKeysAndRefund(t *testing.T) {
 	if _, err := s.svc.CreateCustomer(context.Background(), payments.Scope{MerchantID: m}, payments.CustomerInput{Email: ptr("ada@example.com"), Name: ptr("Ada Lovelace")}); err != nil {
 		t.Fatal(err)
 	}
-	browser := newBrowser(t, 1200, 900)
-	ctx := step(t, browser)
+	browser := testenv.Browser(t, 1200, 900)
+	ctx := testenv.BrowserStep(t, browser)
 
 	signIn(t, ctx, s, email)
 	if got := text(t, ctx, "#mode"); got != "Test" {
@@ -302,8 +255,8 @@ func TestBrowserPhoneWidth(t *testing.T) {
 	s := newStack(t, dashboard.Options{})
 	m, email := s.merchant(payments.RoleAdmin)
 	s.pay(m, 5000, sandbox.CardSuccess)
-	browser := newBrowser(t, 375, 800)
-	ctx := step(t, browser)
+	browser := testenv.Browser(t, 375, 800)
+	ctx := testenv.BrowserStep(t, browser)
 	signIn(t, ctx, s, email)
 	for _, page := range []string{"", "/payments", "/apikeys"} {
 		do(t, ctx, "open "+page, chromedp.Navigate(s.url+"/dashboard/test"+page), chromedp.WaitVisible(chromedp.CSS("main h1")))

@@ -36,12 +36,6 @@ import (
 )
 
 const (
-	chromiumPath = "/usr/bin/chromium"
-	// stepTimeout bounds each browser test (or subtest) once the browser runs.
-	stepTimeout = 30 * time.Second
-	// browserLifetime bounds a browser's whole life, start included.
-	browserLifetime = 3 * time.Minute
-
 	cardSuccess      = "4242 4242 4242 4242"
 	cardDeclined     = "4000000000000002"
 	cardInsufficient = "4000000000009995"
@@ -251,63 +245,10 @@ func (sh shop) cancelURL() string  { return sh.url + "/cancel?from=checkout" }
 
 // ---- the browser ----
 
-// newBrowser starts a headless Chromium with a fresh profile and returns its
-// context, closed at the end of the test. Without /usr/bin/chromium the test
-// is skipped, except under CI=true where it fails.
+// newBrowser starts the tests' headless Chromium (testenv.Browser).
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and %s is missing (%v): make test installs chromium (deploy/local/services.sh --chromium)", chromiumPath, err)
-		}
-		t.Skipf("%s not found: browser tests need Debian's chromium (apt-get install -y chromium); skipped because CI is not \"true\"", chromiumPath)
-	}
-	profile := t.TempDir()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.IgnoreCertErrors,
-		chromedp.UserDataDir(profile),
-		chromedp.WindowSize(1024, 900),
-	)
-	life, cancelLife := context.WithTimeout(context.Background(), browserLifetime)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(life, opts...)
-	ctx, cancelCtx := chromedp.NewContext(alloc)
-	// Cleanups run last-in first-out: the tab, then the browser (waiting for
-	// it to exit), then the profile directory of t.TempDir.
-	t.Cleanup(cancelLife)
-	t.Cleanup(cancelAlloc)
-	t.Cleanup(cancelCtx)
-	start, cancelStart := context.WithTimeout(ctx, stepTimeout)
-	defer cancelStart()
-	// The first Do starts the browser; it must run on ctx itself, which owns
-	// the browser, so a step's timeout never closes it.
-	done := make(chan error, 1)
-	go func() { done <- chromedp.Do(ctx) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("start chromium: %v", err)
-		}
-	case <-start.Done():
-		t.Fatalf("start chromium: no answer within %s", stepTimeout)
-	}
-	return ctx
-}
-
-// step returns a context for one bounded part of a test on the browser.
-func step(t *testing.T, browser context.Context) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(browser, stepTimeout)
-	t.Cleanup(cancel)
-	return ctx
+	return testenv.Browser(t, 1024, 900)
 }
 
 // do runs browser actions; an error fails the test.
@@ -410,7 +351,7 @@ func TestBrowserCheckoutPays(t *testing.T) {
 	s := newStack(t, 0)
 	sh := newShop(t)
 	browser := newBrowser(t)
-	ctx := step(t, browser)
+	ctx := testenv.BrowserStep(t, browser)
 	key := s.testKey()
 
 	var product struct {
@@ -487,7 +428,7 @@ func TestBrowserCheckoutDecline(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := step(t, browser)
+			ctx := testenv.BrowserStep(t, browser)
 			key := s.testKey()
 			cs := s.createSession(key, map[string]any{
 				"line_items":  []map[string]any{{"amount": 1200, "currency": "usd", "name": "Poster", "quantity": 1}},
@@ -534,7 +475,7 @@ func TestBrowserCheckoutShippingBilling(t *testing.T) {
 	s := newStack(t, 0)
 	sh := newShop(t)
 	browser := newBrowser(t)
-	ctx := step(t, browser)
+	ctx := testenv.BrowserStep(t, browser)
 	key := s.testKey()
 	cs := s.createSession(key, map[string]any{
 		"line_items":               []map[string]any{{"amount": 2000, "currency": "usd", "name": "Lamp", "quantity": 1}},
@@ -628,7 +569,7 @@ func TestBrowserCheckoutCancel(t *testing.T) {
 	s := newStack(t, 0)
 	sh := newShop(t)
 	browser := newBrowser(t)
-	ctx := step(t, browser)
+	ctx := testenv.BrowserStep(t, browser)
 	key := s.testKey()
 	cs := s.createSession(key, map[string]any{
 		"line_items":  []map[string]any{{"amount": 800, "currency": "usd", "name": "Socks", "quantity": 3}},
@@ -687,7 +628,7 @@ func TestBrowserCheckoutClosed(t *testing.T) {
 			if resp.StatusCode != http.StatusGone {
 				t.Errorf("GET %s: got %d, want 410", u, resp.StatusCode)
 			}
-			ctx := step(t, browser)
+			ctx := testenv.BrowserStep(t, browser)
 			do(t, ctx, "open the closed session", chromedp.Navigate(u))
 			if got := text(t, ctx, "#message"); !strings.Contains(got, tt.wantText) {
 				t.Errorf("got message %q, want it to contain %q", got, tt.wantText)
@@ -734,7 +675,7 @@ func TestBrowserEmbeddedPayment(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := step(t, browser)
+			ctx := testenv.BrowserStep(t, browser)
 			var pi struct {
 				ClientSecret    string `json:"client_secret"`
 				PaymentIntentID string `json:"payment_intent_id"`
@@ -760,7 +701,7 @@ func TestBrowserEmbeddedPayment(t *testing.T) {
 			}
 			do(t, ctx, "click pay", chromedp.Click(chromedp.ID("pay")))
 			status, err := chromedp.Run(ctx, chromedp.Poll[string](`document.getElementById("result").dataset.status`,
-				chromedp.WithPollingTimeout(stepTimeout), chromedp.WithPollingInterval(50*time.Millisecond)))
+				chromedp.WithPollingTimeout(testenv.StepTimeout), chromedp.WithPollingInterval(50*time.Millisecond)))
 			if err != nil {
 				t.Fatalf("wait for #result data-status: %v (result text %q)", err, eval[string](t, ctx, `document.getElementById("result").textContent`))
 			}
@@ -827,7 +768,7 @@ func TestBrowserPagesAccessible(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := step(t, browser)
+			ctx := testenv.BrowserStep(t, browser)
 			do(t, ctx, "open the page", chromedp.Navigate(tt.url), chromedp.WaitVisible(chromedp.CSS("h1")))
 			if got := eval[string](t, ctx, `document.documentElement.lang`); got != "en" {
 				t.Errorf("got lang %q, want en", got)

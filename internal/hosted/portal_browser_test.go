@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"paysvc/internal/payments"
+	"paysvc/internal/testenv"
 )
 
 // TestBrowserPortal: in a real Chromium, the customer sees the
@@ -20,7 +21,7 @@ func TestBrowserPortal(t *testing.T) {
 	s := newStack(t, 0)
 	sh := newShop(t)
 	browser := newBrowser(t)
-	ctx := step(t, browser)
+	ctx := testenv.BrowserStep(t, browser)
 	f := s.portal(payments.SubActive, sh.url+"/success?from=portal")
 
 	do(t, ctx, "open the portal", chromedp.Navigate(f.url), chromedp.WaitVisible(chromedp.ID("update-card")))

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"paysvc/internal/testenv"
 )
 
 const cardDeclinesAfterSave = "4000 0000 0000 0341"
@@ -57,7 +59,7 @@ func TestBrowserSubscribe(t *testing.T) {
 	browser := newBrowser(t)
 
 	t.Run("no trial", func(t *testing.T) {
-		ctx := step(t, browser)
+		ctx := testenv.BrowserStep(t, browser)
 		key := s.testKey()
 		cs := s.createSubSession(key, map[string]any{
 			"amount_cents": 1500, "currency": "usd", "interval": "week", "interval_count": 2, "name": "Coffee beans",
@@ -102,7 +104,7 @@ func TestBrowserSubscribe(t *testing.T) {
 	})
 
 	t.Run("trial", func(t *testing.T) {
-		ctx := step(t, browser)
+		ctx := testenv.BrowserStep(t, browser)
 		key := s.testKey()
 		var prod struct {
 			Price struct {
