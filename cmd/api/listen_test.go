@@ -25,24 +25,6 @@ import (
 	"paysvc/internal/webhook"
 )
 
-// syncBuffer is a bytes.Buffer safe for the listener and the test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // hookReceiver is a local receiver that verifies every request with the
 // secret `api listen` printed, both ways (X-Service-Signature and the
 // official Standard Webhooks library), and records the event ids.
@@ -85,7 +67,7 @@ var secretLine = regexp.MustCompile(`signing secret is (whsec_[A-Za-z0-9+/=]+)`)
 
 // startListen runs `api listen` until the returned stop is called, and
 // waits for its Ready line; it returns the secret it printed.
-func startListen(t *testing.T, out *syncBuffer, args ...string) (secret string, stop func() int) {
+func startListen(t *testing.T, out *testenv.LogBuffer, args ...string) (secret string, stop func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
@@ -169,7 +151,7 @@ func TestListenForwardsSignedEvents(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--key", k.Secret, "--forward-to", recv.URL + "/hooks", "--api", api.url, "--interval", "200ms", "--state-dir", dir}
 
-	var out syncBuffer
+	var out testenv.LogBuffer
 	secret, stop := startListen(t, &out, args...)
 	rc.mu.Lock()
 	rc.secret = secret
@@ -192,7 +174,7 @@ func TestListenForwardsSignedEvents(t *testing.T) {
 
 	// Resumes where it stopped, with the same secret.
 	e3 := insertListenEvent(t, db, sc, "charge.refunded")
-	var out2 syncBuffer
+	var out2 testenv.LogBuffer
 	again, stop2 := startListen(t, &out2, args...)
 	if again != secret {
 		t.Errorf("second run: got secret %q, want the first run's", again)
@@ -201,7 +183,7 @@ func TestListenForwardsSignedEvents(t *testing.T) {
 	stop2()
 
 	// --events: only the listed types.
-	var out3 syncBuffer
+	var out3 testenv.LogBuffer
 	_, stop3 := startListen(t, &out3, append(args, "--events", "charge.*,checkout.session.completed")...)
 	skipped := insertListenEvent(t, db, sc, "payment_intent.succeeded")
 	e4 := insertListenEvent(t, db, sc, "charge.dispute.created")

@@ -32,7 +32,7 @@ func TestAPISigtermFailsReadinessThenDrains(t *testing.T) {
 		"API_ADDR="+apiAddr, "API_ADMIN_ADDR="+adminAddr,
 		"API_SHUTDOWN_DELAY=2s",
 	)
-	logs := &lockedBuffer{}
+	logs := &testenv.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -182,24 +181,6 @@ func (r *redisServer) kill(t *testing.T) {
 	r.cmd = nil
 }
 
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // dieWithTest has cmd killed when the test binary dies: a server left
 // behind by a killed `go test` holds its port and takes the next run's
 // tasks from Redis, against a database that is gone.
@@ -215,7 +196,7 @@ func startProcess(t *testing.T, bin string, args, env []string, name string) <-c
 	cmd := exec.Command(bin, args...)
 	dieWithTest(cmd)
 	cmd.Env = env
-	logs := &lockedBuffer{}
+	logs := &testenv.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)

@@ -1,29 +1,27 @@
 package dashboard_test
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"paysvc/internal/dashboard"
 	"paysvc/internal/payments"
 	"paysvc/internal/processor/sandbox"
+	"paysvc/internal/testenv"
 )
 
 // Keys: the CLI's limits answer with their codes as messages; a key's
 // last use shows once it is used; a live key created from the test pages
 // is listed with the live keys.
 func TestKeysPage(t *testing.T) {
-	var logs bytes.Buffer
-	s := newStack(t, dashboard.Options{Log: slog.New(slog.NewJSONHandler(&syncWriter{w: &logs}, nil))})
+	var logs testenv.LogBuffer
+	s := newStack(t, dashboard.Options{Log: slog.New(slog.NewJSONHandler(&logs, nil))})
 	m, email := s.merchant(payments.RoleAdmin)
 	c := s.client()
 	c.mustSignIn(email)
@@ -127,16 +125,4 @@ func TestFullRefund(t *testing.T) {
 	if a := c.do("POST", "/dashboard/test/payments/"+pi+"/refund", url.Values{"csrf_token": {tok[1]}, "amount": {"1.234"}}); a.status != http.StatusBadRequest || !strings.Contains(a.body, "validation_error") {
 		t.Errorf("an amount with 3 decimals: got %d, want 400 validation_error", a.status)
 	}
-}
-
-// syncWriter serializes writes of concurrent handlers to one buffer.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

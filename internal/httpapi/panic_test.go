@@ -9,12 +9,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"paysvc/internal/secrets"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"paysvc/internal/secrets"
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
@@ -24,24 +24,6 @@ import (
 	"paysvc/internal/ratelimit"
 	"paysvc/internal/testenv"
 )
-
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // panicEngine is the real engine of New (its middleware chain) with routes
 // added that panic. The routes are outside /v1, so no dependency is used.
@@ -73,7 +55,7 @@ func TestRecoverPanics(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var logs syncBuffer
+			var logs testenv.LogBuffer
 			eng := panicEngine(t, slog.New(slog.NewJSONHandler(&logs, nil)))
 			eng.POST("/test/panic", func(c2 *gin.Context) {
 				if c.value == nil {

@@ -1,12 +1,10 @@
 package tasks_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -15,24 +13,6 @@ import (
 	"paysvc/internal/testenv"
 )
 
-// lockedLog is a log sink the Enqueuer's goroutines may share.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.FieldsFunc(l.b.String(), func(r rune) bool { return r == '\n' })
-}
-
 // TestEnqueueBatch: a sweep's batch of tasks is enqueued whole and counted,
 // each once (a second call finds every TaskID taken and says nothing); when
 // Redis cannot be reached in time, the call logs one warning for all of
@@ -40,7 +20,7 @@ func (l *lockedLog) lines() []string {
 func TestEnqueueBatch(t *testing.T) {
 	const n = 300
 	client := asynq.NewClientFromRedisClient(testenv.Redis(t))
-	log := &lockedLog{}
+	log := &testenv.LogBuffer{}
 	enq := &tasks.Enqueuer{Client: client, Log: slog.New(slog.NewTextHandler(log, nil))}
 	batch := func(prefix string) []*asynq.Task {
 		ts := make([]*asynq.Task, n)
@@ -57,8 +37,8 @@ func TestEnqueueBatch(t *testing.T) {
 	if err != nil || info.Pending != n {
 		t.Fatalf("queue %s: got %+v, %v, want %d pending", tasks.QueueLow, info, err, n)
 	}
-	if got := enq.Enqueue(ctx, batch("enq")); got != 0 || len(log.lines()) != 0 {
-		t.Fatalf("Enqueue again: got %d queued and logs %q, want 0 and none (already queued)", got, log.lines())
+	if got := enq.Enqueue(ctx, batch("enq")); got != 0 || len(log.Lines()) != 0 {
+		t.Fatalf("Enqueue again: got %d queued and logs %q, want 0 and none (already queued)", got, log.Lines())
 	}
 
 	expired, cancel := context.WithCancel(ctx)
@@ -66,7 +46,7 @@ func TestEnqueueBatch(t *testing.T) {
 	if got := enq.Enqueue(expired, batch("late")); got != 0 {
 		t.Fatalf("Enqueue with the budget spent: got %d queued, want 0", got)
 	}
-	lines := log.lines()
+	lines := log.Lines()
 	if len(lines) != 1 || !strings.Contains(lines[0], "failed=300") || !strings.Contains(lines[0], "of=300") {
 		t.Fatalf("Enqueue with the budget spent: got logs %q, want one warning for the 300 tasks", lines)
 	}

@@ -1174,7 +1174,7 @@ func buildWorker(t *testing.T) string {
 // workerProcess is cmd/worker run as a child process.
 type workerProcess struct {
 	cmd  *exec.Cmd
-	logs *lockedWriter
+	logs *testenv.LogBuffer
 	done chan struct{}
 }
 
@@ -1206,7 +1206,7 @@ func startWorkerProcess(t *testing.T, s *deliveryStack, bin, name string, env ..
 	// `go test` keeps taking this Redis database's tasks, against a
 	// database that is gone, and fails the next run's delivery tests.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	w := &lockedWriter{w: &bytes.Buffer{}}
+	w := &testenv.LogBuffer{}
 	p := &workerProcess{cmd: cmd, logs: w, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
@@ -1257,23 +1257,6 @@ func (p *workerProcess) kill(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("worker still running 10s after SIGKILL")
 	}
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
 }
 
 // TestAfterWorkerKilled runs the tests that kill a worker mid-task, all at

@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -40,13 +39,8 @@ func TestTwoSchedulersRunEachTickOnce(t *testing.T) {
 	redisOpt := testenv.RedisOpt(t)
 	// The schedulers' warnings (an enqueue that failed) are kept for the
 	// report: without them a missed tick cannot be told from a lost task.
-	var logMu sync.Mutex
-	logs := &bytes.Buffer{}
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return logs.Write(p)
-	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logs := &testenv.LogBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	const typeA, typeB = "test:periodic_a", "test:periodic_b"
 	schedule := map[string]func() *asynq.Task{
 		"@every 1s": func() *asynq.Task { return asynq.NewTask(typeA, nil, asynq.Queue(tasks.QueueDefault)) },
@@ -141,8 +135,6 @@ func TestTwoSchedulersRunEachTickOnce(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		logMu.Lock()
-		defer logMu.Unlock()
 		t.Logf("start %s, stop %s, end %s; the schedulers' warnings:\n%s", start.Format(time.StampMilli), stop.Format(time.StampMilli), end.Format(time.StampMilli), logs)
 	}
 }
@@ -170,13 +162,8 @@ func TestPeriodicSkipsTicksWhileAUniqueTaskRuns(t *testing.T) {
 	}
 
 	// Periodic over three 1 s ticks of a Unique task no worker runs.
-	logs := &bytes.Buffer{}
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(p)
-	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logs := &testenv.LogBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	const typ = "test:periodic_unique"
 	schedule := map[string]func() *asynq.Task{
 		"@every 1s": func() *asynq.Task {
@@ -192,8 +179,6 @@ func TestPeriodicSkipsTicksWhileAUniqueTaskRuns(t *testing.T) {
 	if err != nil || len(pending) != 1 {
 		t.Errorf("after three ticks: got %d pending tasks (%v), want the first tick's alone", len(pending), err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	// A tick whose enqueue the test's own deadline cut short (a loaded
 	// machine, Redis slow to answer at the last tick) warns rightly; any
 	// other warning is a skipped tick that was not quiet.
@@ -204,7 +189,3 @@ func TestPeriodicSkipsTicksWhileAUniqueTaskRuns(t *testing.T) {
 		}
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
