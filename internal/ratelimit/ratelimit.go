@@ -95,17 +95,20 @@ func (l *Limiter) Refusing(key string) bool {
 }
 
 // coalesce decides the checks queued while the previous ones were in Redis:
-// one decision per key, the keys' decisions at once (their Redis calls go
-// in one pipeline).
+// one decision per key, the keys' decisions at once, their Redis calls
+// gathered in one pipeline (gathering).
 func (l *Limiter) coalesce(checks []*check) {
 	_, byKey := groupcommit.Distinct(checks, func(key string) string { return key })
 	if len(byKey) == 1 {
-		l.decide(byKey[0])
+		l.decide(byKey[0], nil)
 		return
 	}
+	patient, cancel := groupcommit.PatientContext(checks)
+	defer cancel()
+	g := gatherIn(patient, len(byKey))
 	var wg sync.WaitGroup
 	for _, cs := range byKey {
-		wg.Go(func() { l.decide(cs) })
+		wg.Go(func() { l.decide(cs, g) })
 	}
 	wg.Wait()
 }
@@ -119,12 +122,18 @@ func (l *Limiter) coalesce(checks []*check) {
 // waits n-1 intervals longer than the first call of cost 1 would), and then
 // every check is refused with the first one's wait. Otherwise some but not
 // all fit, as when a key crosses its limit, and each check is decided
-// alone, with a call of cost 1 of its own.
-func (l *Limiter) decide(cs []*check) {
+// alone, with a call of cost 1 of its own (through the batcher's queue).
+// g, when coalesce decides several keys at once, gathers the call of cost
+// n with theirs.
+func (l *Limiter) decide(cs []*check, g *gathering) {
 	n, key := len(cs), cs[0].In
 	ctx, cancel := groupcommit.PatientContext(cs)
 	defer cancel()
-	res, err := l.l.AllowN(ctx, key, l.limit, n)
+	allowCtx := ctx
+	if g != nil {
+		allowCtx = g.under(ctx)
+	}
+	res, err := l.l.AllowN(allowCtx, key, l.limit, n)
 	if err != nil {
 		for _, c := range cs {
 			c.Answer(Result{}, err)

@@ -272,3 +272,89 @@ func TestRefusingAfterARefusal(t *testing.T) {
 		t.Errorf("Refusing %v after a refusal with RetryAfter %v: got true", time.Since(refused), res.RetryAfter)
 	}
 }
+
+// sends counts a client's sends of the GCRA script's EVALSHA to Redis: a
+// command sent alone and a pipeline each count once (the connections'
+// set-up commands do not count); firstHeld, when set, holds the first
+// send until it is closed.
+type sends struct {
+	n         atomic.Int64
+	alone     atomic.Int64 // script calls sent by themselves
+	firstHeld chan struct{}
+	once      sync.Once
+}
+
+func (s *sends) hold() {
+	s.once.Do(func() {
+		if s.firstHeld != nil {
+			<-s.firstHeld
+		}
+	})
+}
+
+func (s *sends) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *sends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			s.hold()
+			s.n.Add(1)
+			s.alone.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (s *sends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "evalsha" {
+				s.hold()
+				s.n.Add(1)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestManyKeysDecidedInOneRoundTrip: checks of different keys (many
+// merchants' requests) queued while a check is in Redis are decided next,
+// all in one pipeline: one round trip for the lot, not one for the first
+// key and one for the rest. Every check is allowed with its key's budget
+// less one (to GCRA's rounding).
+func TestManyKeysDecidedInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	const keys = 40
+	rdb := testenv.Redis(t)
+	s := &sends{firstHeld: make(chan struct{})}
+	rdb.AddHook(s)
+	l := ratelimit.New(rdb, 1000)
+	results := make([]ratelimit.Result, keys+1)
+	errs := make([]error, keys+1)
+	var wg sync.WaitGroup
+	check := func(i int) {
+		wg.Go(func() { results[i], errs[i] = l.Allow(context.Background(), payments.NewID("key_")) })
+	}
+	check(0) // its check goes alone and is held in the hook
+	time.Sleep(100 * time.Millisecond)
+	for i := 1; i <= keys; i++ {
+		check(i) // queued behind the held one
+	}
+	time.Sleep(200 * time.Millisecond) // every check has queued
+	before := s.n.Load()
+	close(s.firstHeld)
+	wg.Wait()
+	for i, res := range results {
+		if errs[i] != nil || !res.Allowed || res.Remaining < 998 {
+			t.Fatalf("check %d: got %+v, %v; want allowed with 998 or 999 remaining (GCRA's rounding)", i, res, errs[i])
+		}
+	}
+	if before != 0 {
+		t.Fatalf("sends before the first was let go: got %d, want 0 (held)", before)
+	}
+	// The held send, then the queued keys' one pipeline.
+	if got, alone := s.n.Load(), s.alone.Load(); got != 2 || alone != 1 {
+		t.Errorf("%d keys' checks queued behind one: got %d sends (%d script calls alone), want 2 (the first alone, then one pipeline)", keys, got, alone)
+	}
+}
