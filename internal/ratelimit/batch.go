@@ -13,9 +13,9 @@ import (
 // EVALSHAs of concurrent checks travel together, as one pipeline in one
 // round trip. Different keys decided at once are gathered (gathering); the
 // one-by-one checks of a key near its limit queue while the previous
-// pipeline is in Redis. Each EVALSHA still runs
-// alone and atomically in Redis, in arrival order; only the round trips and
-// their system calls are shared.
+// pipeline is in Redis. Each EVALSHA still runs alone and atomically in
+// Redis, in arrival order; only the round trips and their system calls are
+// shared.
 //
 // A caller waits for its own reply or its context, whichever comes first:
 // the limiter's budget holds as it does for a plain command. Every other
