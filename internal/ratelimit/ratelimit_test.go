@@ -276,17 +276,19 @@ func TestRefusingAfterARefusal(t *testing.T) {
 // sends counts a client's sends of the GCRA script's EVALSHA to Redis: a
 // command sent alone and a pipeline each count once (the connections'
 // set-up commands do not count); firstHeld, when set, holds the first
-// send until it is closed.
+// send until it is closed, and holding is closed when it is held.
 type sends struct {
 	n         atomic.Int64
 	alone     atomic.Int64 // script calls sent by themselves
 	firstHeld chan struct{}
+	holding   chan struct{} // closed once the first send is held
 	once      sync.Once
 }
 
 func (s *sends) hold() {
 	s.once.Do(func() {
 		if s.firstHeld != nil {
+			close(s.holding)
 			<-s.firstHeld
 		}
 	})
@@ -327,7 +329,7 @@ func TestManyKeysDecidedInOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	const keys = 40
 	rdb := testenv.Redis(t)
-	s := &sends{firstHeld: make(chan struct{})}
+	s := &sends{firstHeld: make(chan struct{}), holding: make(chan struct{})}
 	rdb.AddHook(s)
 	l := ratelimit.New(rdb, 1000)
 	results := make([]ratelimit.Result, keys+1)
@@ -337,7 +339,7 @@ func TestManyKeysDecidedInOneRoundTrip(t *testing.T) {
 		wg.Go(func() { results[i], errs[i] = l.Allow(context.Background(), payments.NewID("key_")) })
 	}
 	check(0) // its check goes alone and is held in the hook
-	time.Sleep(100 * time.Millisecond)
+	<-s.holding
 	for i := 1; i <= keys; i++ {
 		check(i) // queued behind the held one
 	}
