@@ -129,11 +129,10 @@ func (l *Limiter) decide(cs []*check, g *gathering) {
 	n, key := len(cs), cs[0].In
 	ctx, cancel := groupcommit.PatientContext(cs)
 	defer cancel()
-	allowCtx := ctx
 	if g != nil {
-		allowCtx = g.under(ctx)
+		ctx = g.under(ctx)
 	}
-	res, err := l.l.AllowN(allowCtx, key, l.limit, n)
+	res, err := l.l.AllowN(ctx, key, l.limit, n)
 	if err != nil {
 		for _, c := range cs {
 			c.Answer(Result{}, err)

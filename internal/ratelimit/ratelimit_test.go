@@ -275,8 +275,8 @@ func TestRefusingAfterARefusal(t *testing.T) {
 
 // sends counts a client's sends of the GCRA script's EVALSHA to Redis: a
 // command sent alone and a pipeline each count once (the connections'
-// set-up commands do not count); firstHeld, when set, holds the first
-// send until it is closed, and holding is closed when it is held.
+// set-up commands do not count). The first send is held until firstHeld
+// is closed; holding is closed once it is held.
 type sends struct {
 	n         atomic.Int64
 	alone     atomic.Int64 // script calls sent by themselves
@@ -287,10 +287,8 @@ type sends struct {
 
 func (s *sends) hold() {
 	s.once.Do(func() {
-		if s.firstHeld != nil {
-			close(s.holding)
-			<-s.firstHeld
-		}
+		close(s.holding)
+		<-s.firstHeld
 	})
 }
 

@@ -10,8 +10,8 @@ import (
 )
 
 const (
-	// ChromiumPath is where Debian's chromium package puts the browser.
-	ChromiumPath = "/usr/bin/chromium"
+	// chromiumPath is where Debian's chromium package puts the browser.
+	chromiumPath = "/usr/bin/chromium"
 	// StepTimeout bounds each browser test (or subtest) once the browser
 	// runs (BrowserStep), and the browser's start.
 	StepTimeout = 30 * time.Second
@@ -27,14 +27,14 @@ const (
 // refused, many at a time.
 func Browser(t testing.TB, width, height int) context.Context {
 	t.Helper()
-	if _, err := os.Stat(ChromiumPath); err != nil {
+	if _, err := os.Stat(chromiumPath); err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and %s is missing (%v): make test installs chromium (deploy/local/services.sh --chromium)", ChromiumPath, err)
+			t.Fatalf("CI=true and %s is missing (%v): make test installs chromium (deploy/local/services.sh --chromium)", chromiumPath, err)
 		}
-		t.Skipf("%s not found: browser tests need Debian's chromium (apt-get install -y chromium); skipped because CI is not \"true\"", ChromiumPath)
+		t.Skipf("%s not found: browser tests need Debian's chromium (apt-get install -y chromium); skipped because CI is not \"true\"", chromiumPath)
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(ChromiumPath),
+		chromedp.ExecPath(chromiumPath),
 		chromedp.Headless,
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
