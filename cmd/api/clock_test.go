@@ -15,7 +15,9 @@ import (
 // TestSandboxAdvanceClock moves one merchant's test-mode clock from the
 // command line: the move adds up, what came due (a checkout session past
 // its expiry) is done before the command returns, and nobody else's time
-// moves — not the merchant's live mode, not another merchant.
+// moves — not the merchant's live mode, not another merchant. It reports
+// the moved scope's work alone: another merchant's session that its sweep
+// expired as well (overdue in real time) is not counted.
 func TestSandboxAdvanceClock(t *testing.T) {
 	useTestEnv(t)
 	db := testenv.DB(t)
@@ -59,18 +61,25 @@ func TestSandboxAdvanceClock(t *testing.T) {
 	if s := status(mine); s != payments.SessionOpen {
 		t.Errorf("30 minutes into a 1 h session: got status %s, want open", s)
 	}
+	overdue := session(payments.Scope{MerchantID: other})
+	if _, err := db.Exec(`UPDATE checkout_sessions SET expires_at = now() - interval '1 minute' WHERE id = $1`, overdue); err != nil {
+		t.Fatal(err)
+	}
 	got = advance("1d")
 	if got["offset_seconds"] != float64(1800+86400) {
 		t.Errorf("after 30m and 1d: got offset_seconds %v, want %d", got["offset_seconds"], 1800+86400)
 	}
-	if n, _ := got["expired_sessions"].(float64); n < 1 {
-		t.Errorf("got expired_sessions %v, want at least the merchant's session", got["expired_sessions"])
+	if got["expired_sessions"] != float64(1) {
+		t.Errorf("got expired_sessions %v, want 1: the merchant's session", got["expired_sessions"])
 	}
 	if now, _ := got["now"].(float64); time.Until(time.Unix(int64(now), 0)) < 86400*time.Second {
 		t.Errorf("got now %v, want a day and a half hour ahead of real time", got["now"])
 	}
 	if s := status(mine); s != payments.SessionExpired {
 		t.Errorf("the moved scope's session: got status %s, want expired when the command returns", s)
+	}
+	if s := status(overdue); s != payments.SessionExpired {
+		t.Errorf("another merchant's overdue session: got status %s, want expired by the sweep", s)
 	}
 	for what, id := range map[string]string{"the merchant's live session": mineLive, "another merchant's session": theirs} {
 		if s := status(id); s != payments.SessionOpen {

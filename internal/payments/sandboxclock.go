@@ -11,7 +11,8 @@ import (
 const MaxClockAdvance = 10 * 365 * 24 * time.Hour
 
 // ClockAdvance is what `api sandbox advance-clock` reports: the scope's
-// clock after the move and the work that came due and was done.
+// clock after the move and what the move made happen in the scope, whether
+// the command did it or a worker or the scheduler did meanwhile.
 type ClockAdvance struct {
 	MerchantID      string `json:"merchant_id"`
 	Mode            string `json:"mode"`
@@ -20,11 +21,36 @@ type ClockAdvance struct {
 	ExpiredSessions int    `json:"expired_sessions"`
 	ClosedDisputes  int    `json:"closed_disputes"`
 	// Renewals and RenewalFailures count the scope's renewal charges that
-	// succeeded and were declined (a dunning retry included);
-	// EndedSubscriptions its scheduled cancellations that took effect.
+	// succeeded and the attempts that were declined (dunning retries
+	// included); EndedSubscriptions its subscriptions that ended (their
+	// scheduled cancellations took effect).
 	Renewals           int `json:"renewals"`
 	RenewalFailures    int `json:"renewal_failures"`
 	EndedSubscriptions int `json:"ended_subscriptions"`
+}
+
+// ClockTally counts a scope's rows in the states advance-clock reports
+// on. None of them leaves its state, so the difference of two tallies is
+// what happened in the scope between them, whoever did it: the command's
+// own sweeps, or the scheduler's and the workers' running beside it (which
+// counts taken from the command's own sweeps would miss, and which sweep
+// every merchant, not the scope alone).
+type ClockTally struct {
+	ExpiredSessions    int // checkout sessions expired
+	LostDisputes       int // disputes lost (an overdue one is closed as lost)
+	Renewals           int // renewal charges succeeded
+	RenewalAttempts    int // renewal charges' attempts, declined or not
+	EndedSubscriptions int // subscriptions canceled
+}
+
+// report is what happened between two tallies, from then to t.
+func (t ClockTally) report(then ClockTally, out *ClockAdvance) {
+	out.ExpiredSessions = t.ExpiredSessions - then.ExpiredSessions
+	out.ClosedDisputes = t.LostDisputes - then.LostDisputes
+	out.Renewals = t.Renewals - then.Renewals
+	// Every attempt but a charge's success was declined.
+	out.RenewalFailures = t.RenewalAttempts - then.RenewalAttempts - out.Renewals
+	out.EndedSubscriptions = t.EndedSubscriptions - then.EndedSubscriptions
 }
 
 // SweepBatch bounds one transaction of a sweep (session expiry, overdue
@@ -50,6 +76,10 @@ func (s *Service) AdvanceClock(ctx context.Context, sc Scope, by time.Duration) 
 	if _, err := s.store.MerchantPlan(ctx, sc.MerchantID); err != nil {
 		return ClockAdvance{}, err
 	}
+	before, err := s.store.ClockTally(ctx, sc)
+	if err != nil {
+		return ClockAdvance{}, err
+	}
 	off, err := s.store.AdvanceClock(ctx, sc, by)
 	if err != nil {
 		return ClockAdvance{}, err
@@ -60,15 +90,20 @@ func (s *Service) AdvanceClock(ctx context.Context, sc Scope, by time.Duration) 
 		mode = "live"
 	}
 	out := ClockAdvance{MerchantID: sc.MerchantID, Mode: mode, OffsetSeconds: int64(off / time.Second)}
-	if out.ExpiredSessions, err = Drain(ctx, s.ExpireSessions); err != nil {
+	if _, err = Drain(ctx, s.ExpireSessions); err != nil {
 		return out, err
 	}
-	if out.ClosedDisputes, err = Drain(ctx, s.CloseOverdueDisputes); err != nil {
+	if _, err = Drain(ctx, s.CloseOverdueDisputes); err != nil {
 		return out, err
 	}
-	if err := s.runDueRenewals(ctx, sc, &out); err != nil {
+	if err := s.runDueRenewals(ctx, sc); err != nil {
 		return out, err
 	}
+	after, err := s.store.ClockTally(ctx, sc)
+	if err != nil {
+		return out, err
+	}
+	after.report(before, &out)
 	out.Now = s.clock.Now(ctx, sc).Unix()
 	return out, nil
 }

@@ -25,6 +25,8 @@ type Store interface {
 	// AdvanceClock moves the scope's sandbox clock forward and returns its
 	// new offset from real time.
 	AdvanceClock(ctx context.Context, sc Scope, by time.Duration) (time.Duration, error)
+	// ClockTally counts the scope's rows that advance-clock reports on.
+	ClockTally(ctx context.Context, sc Scope) (ClockTally, error)
 	// RecordViolation stores a content violation and suspends the merchant
 	// when, counting it, at least threshold happened since `since`.
 	RecordViolation(ctx context.Context, sc Scope, field string, now, since time.Time, threshold int) (suspended bool, err error)

@@ -79,17 +79,12 @@ func (s *Service) RenewDueSubscriptions(ctx context.Context, limit int) (int, er
 	return s.renewDue(ctx, limit, nil)
 }
 
-// renewDue is RenewDueSubscriptions; with ended, it sweeps only ended's
-// scope and counts the subscriptions it ended (advance-clock's report).
-func (s *Service) renewDue(ctx context.Context, limit int, ended *scopeCount) (int, error) {
-	var only *Scope
-	if ended != nil {
-		only = &ended.sc
-	}
+// renewDue is RenewDueSubscriptions; with only, it sweeps only that scope
+// (advance-clock's).
+func (s *Service) renewDue(ctx context.Context, limit int, only *Scope) (int, error) {
 	return s.store.RenewDue(ctx, s.clock.Base(), limit, only, func(sc Scope, sub *Subscription, now time.Time) (*SubscriptionCharge, Effects, error) {
 		wasEnded := sub.Ended()
 		if sub.EndIfDue(now) {
-			ended.add(sc)
 			return nil, Effects{Events: subscriptionEvents(*sub, wasEnded, now)}, nil
 		}
 		next := sub.NextPeriod()
@@ -100,18 +95,6 @@ func (s *Service) renewDue(ctx context.Context, limit int, ended *scopeCount) (i
 		}
 		return ch, Effects{Jobs: []Job{{Kind: JobSubscriptionCharge, ID: ch.ID, MerchantID: sc.MerchantID, Live: sc.Live}}}, nil
 	})
-}
-
-// scopeCount counts what happened in one scope; a nil one counts nothing.
-type scopeCount struct {
-	sc Scope
-	n  int
-}
-
-func (c *scopeCount) add(sc Scope) {
-	if c != nil && c.sc == sc {
-		c.n++
-	}
 }
 
 // ChargeSubscription is the one step that charges a subscription's saved
@@ -282,28 +265,19 @@ const maxRenewalRounds = 5000
 // renewal sweep and then charges, at once, the scope's charges that came
 // due (instead of leaving them to the worker), round after round until
 // nothing is due, so that a clock moved by several periods renews each.
-func (s *Service) runDueRenewals(ctx context.Context, sc Scope, out *ClockAdvance) error {
+func (s *Service) runDueRenewals(ctx context.Context, sc Scope) error {
 	for range maxRenewalRounds {
-		ended := &scopeCount{sc: sc}
-		n, err := Drain(ctx, func(ctx context.Context, limit int) (int, error) { return s.renewDue(ctx, limit, ended) })
+		n, err := Drain(ctx, func(ctx context.Context, limit int) (int, error) { return s.renewDue(ctx, limit, &sc) })
 		if err != nil {
 			return err
 		}
-		out.EndedSubscriptions += ended.n
 		ids, err := s.store.DueSubscriptionCharges(ctx, sc, s.clock.Now(ctx, sc), SweepBatch)
 		if err != nil {
 			return err
 		}
 		for _, id := range ids {
-			ch, err := s.ChargeSubscription(ctx, sc, id)
-			if err != nil {
+			if _, err := s.ChargeSubscription(ctx, sc, id); err != nil {
 				return err
-			}
-			switch {
-			case ch.Status == ChargeSucceeded && ch.Kind == ChargeRenewal:
-				out.Renewals++
-			case ch.DeclineCode != nil && ch.Kind == ChargeRenewal:
-				out.RenewalFailures++
 			}
 		}
 		if n == 0 && len(ids) == 0 {

@@ -52,6 +52,29 @@ func (s *Store) AdvanceClock(ctx context.Context, sc payments.Scope, by time.Dur
 	return time.Duration(us) * time.Microsecond, nil
 }
 
+// ClockTally counts the scope's rows that advance-clock reports on, in
+// one statement (one snapshot). Each count reads the scope's rows through
+// its page index; renewal charges through the scope's subscriptions, as
+// subscription_charges has no index by scope. A sandbox scope's history
+// is small; this runs twice per advance-clock, never on a request.
+func (s *Store) ClockTally(ctx context.Context, sc payments.Scope) (payments.ClockTally, error) {
+	const q = `SELECT
+		(SELECT count(*) FROM checkout_sessions WHERE merchant_id = $1 AND livemode = $2 AND status = 'expired'),
+		(SELECT count(*) FROM disputes WHERE merchant_id = $1 AND livemode = $2 AND status = 'lost'),
+		r.renewals, r.attempts,
+		(SELECT count(*) FROM subscriptions WHERE merchant_id = $1 AND livemode = $2 AND status = 'canceled')
+	FROM (SELECT count(*) FILTER (WHERE ch.status = 'succeeded') AS renewals, coalesce(sum(ch.attempts), 0) AS attempts
+		FROM subscriptions sub JOIN subscription_charges ch ON ch.subscription_id = sub.id
+		WHERE sub.merchant_id = $1 AND sub.livemode = $2 AND ch.kind = 'renewal') r`
+	var t payments.ClockTally
+	err := s.q.QueryRowxContext(ctx, q, sc.MerchantID, sc.Live).
+		Scan(&t.ExpiredSessions, &t.LostDisputes, &t.Renewals, &t.RenewalAttempts, &t.EndedSubscriptions)
+	if err != nil {
+		return t, fmt.Errorf("tally the scope for advance-clock: %w", err)
+	}
+	return t, nil
+}
+
 // dueRows are a sweep's two statements (ExpireSessions says why two): due
 // finds the rows due at base time $1, onMovedClock those due only on a
 // scope's moved sandbox clock; both take the batch's room as $2 and read

@@ -613,3 +613,54 @@ func TestCancelRacingRenewal(t *testing.T) {
 		}
 	}
 }
+
+// workerFirst is the store of an advance-clock with a worker beside it:
+// whenever the command looks for the scope's due charges, the worker has
+// just charged them all (it took their tasks the moment the sweep wrote
+// them), so the command finds none to charge itself. The worker is the
+// command's own Service, which knows of the move at once (another's clock
+// cache would see it a second later).
+type workerFirst struct {
+	*postgres.Store
+	worker *payments.Service
+}
+
+func (w *workerFirst) DueSubscriptionCharges(ctx context.Context, sc payments.Scope, now time.Time, limit int) ([]string, error) {
+	ids, err := w.Store.DueSubscriptionCharges(ctx, sc, now, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if _, err := w.worker.ChargeSubscription(ctx, sc, id); err != nil {
+			return nil, err
+		}
+	}
+	return w.Store.DueSubscriptionCharges(ctx, sc, now, limit)
+}
+
+// advance-clock reports what the move made happen in the scope, whoever
+// did it: renewals a worker charged while the command ran count as the
+// command's own would.
+func TestAdvanceClockCountsWhatAWorkerDid(t *testing.T) {
+	t.Parallel()
+	e := newRenewalEnv(t)
+	start := utc(t, "2029-04-01T00:00:00Z")
+	e.clockTo(t, start.Add(time.Minute))
+	paid := e.subscribe(t, monthly(t), start, 1, payments.CardSucceeds, 0)
+	declined := e.subscribe(t, monthly(t), start, 2, payments.CardDeclines, 0)
+	store := &workerFirst{Store: e.store}
+	cmd := payments.NewService(store, nil, time.Now,
+		payments.WithProcessor(sandbox.New(e.db, "http://checkout.test")), payments.WithSandboxClocks())
+	store.worker = cmd
+	a, err := cmd.AdvanceClock(context.Background(), e.sc, 30*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Renewals != 1 || a.RenewalFailures != 1 || a.EndedSubscriptions != 0 {
+		t.Errorf("got %+v, want 1 renewal and 1 failure, which the worker charged", a)
+	}
+	checkPeriod(t, "the paid one", e.sub(t, paid.ID), payments.SubActive, "2029-05-01T00:00:00Z", "2029-06-01T00:00:00Z")
+	if got := e.sub(t, declined.ID); got.Status != payments.SubPastDue {
+		t.Errorf("the declined one: got %s, want past_due", got.Status)
+	}
+}
