@@ -57,17 +57,50 @@ func (c *Call[In, Out]) Answer(out Out, err error) {
 	close(c.done)
 }
 
-// Do queues a call of in and waits for its answer or the end of ctx.
+// Do makes a call of in and waits for its answer or the end of ctx.
+//
+// A call that finds the queue idle (no run in flight, none queued) runs at
+// once, alone, on the caller's goroutine, as if there were no queue. A
+// runner goroutine would cost a start and two wake-ups for a caller that
+// waits anyway; that is every call at low load, and every call of a queue
+// whose caller makes one at a time (the limiter's runner, for its Redis
+// calls). Calls made meanwhile queue behind it as behind any run, and go
+// together from a runner once it ends.
 func (q *Queue[In, Out]) Do(ctx context.Context, in In) (Out, error) {
-	return q.Start(ctx, in).Wait()
+	c := newCall[In, Out](ctx, in)
+	q.mu.Lock()
+	if q.runs > 0 || len(q.calls) > 0 {
+		q.mu.Unlock()
+		q.add(c)
+		return c.Wait()
+	}
+	q.runs++
+	started := q.begin()
+	q.mu.Unlock()
+	q.run([]*Call[In, Out]{c})
+	q.mu.Lock()
+	q.end(started)
+	switch {
+	case len(q.calls) == 0:
+		q.runs--
+	case q.yield():
+	default:
+		go q.drain() // the run stays counted, as drain's
+	}
+	q.mu.Unlock()
+	return c.out, c.err
 }
 
 // Start queues a call of in and returns at once; the caller may do other
 // work before it Waits for the answer.
 func (q *Queue[In, Out]) Start(ctx context.Context, in In) *Call[In, Out] {
-	c := &Call[In, Out]{In: in, ctx: ctx, done: make(chan struct{})}
+	c := newCall[In, Out](ctx, in)
 	q.add(c)
 	return c
+}
+
+func newCall[In, Out any](ctx context.Context, in In) *Call[In, Out] {
+	return &Call[In, Out]{In: in, ctx: ctx, done: make(chan struct{})}
 }
 
 // Wait waits for the call's answer or the end of its context. An answer
@@ -178,26 +211,48 @@ func (q *Queue[In, Out]) drain() {
 			return
 		}
 		q.calls = nil
-		var started time.Time
-		if q.Overlap > 0 {
-			started = time.Now()
-			q.newest = started
-		}
+		started := q.begin()
 		q.mu.Unlock()
 		q.run(calls)
 		q.mu.Lock()
-		// A run starts only once the newest in flight is Overlap old, so
-		// when the newest ends, every run still in flight is.
-		if q.newest.Equal(started) {
-			q.newest = time.Time{}
-		}
-		if q.runs > 1 && len(q.calls) > 0 && !q.newestOld() {
-			q.runs--
-			q.arm()
+		q.end(started)
+		if q.yield() {
 			q.mu.Unlock()
 			return
 		}
 	}
+}
+
+// begin notes that a run starts (with Overlap, as the newest) and returns
+// its start for end. The caller holds q.mu.
+func (q *Queue[In, Out]) begin() time.Time {
+	if q.Overlap <= 0 {
+		return time.Time{}
+	}
+	q.newest = time.Now()
+	return q.newest
+}
+
+// end notes that the run begun at started ended. A run starts only once
+// the newest in flight is Overlap old, so when the newest ends, every run
+// still in flight is. The caller holds q.mu.
+func (q *Queue[In, Out]) end(started time.Time) {
+	if q.newest.Equal(started) {
+		q.newest = time.Time{}
+	}
+}
+
+// yield says whether the runner of a run that just ended leaves the
+// queued calls to a run in flight, or to the timer, because taking them
+// now would start a run before Overlap is due; it then no longer counts.
+// The caller holds q.mu.
+func (q *Queue[In, Out]) yield() bool {
+	if q.runs > 1 && len(q.calls) > 0 && !q.newestOld() {
+		q.runs--
+		q.arm()
+		return true
+	}
+	return false
 }
 
 // run answers the calls whose caller has given up with their context's

@@ -2,6 +2,8 @@ package groupcommit_test
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -193,6 +195,85 @@ func TestWaitTakesAnAnswerThatCame(t *testing.T) {
 		cancel()
 		if got, err := c.Wait(); err != nil || got != i*10 {
 			t.Fatalf("call %d answered, then its context ended: Wait got %d, %v; want %d, nil", i, got, err, i*10)
+		}
+	}
+}
+
+// goid is the calling goroutine's id, from its stack's header line
+// ("goroutine 42 [running]:").
+func goid() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(buf), "goroutine "), " ")
+	return id
+}
+
+// A call that finds the queue idle runs on its caller's goroutine; one
+// queued behind a run in flight is run by a runner.
+func TestIdleCallRunsOnItsCallersGoroutine(t *testing.T) {
+	var ranOn []string
+	var mu sync.Mutex
+	release := make(chan struct{})
+	q := &groupcommit.Queue[int, int]{Run: func(calls []*groupcommit.Call[int, int]) {
+		mu.Lock()
+		ranOn = append(ranOn, goid())
+		mu.Unlock()
+		if calls[0].In == 1 {
+			<-release
+		}
+		for _, c := range calls {
+			c.Answer(c.In*10, nil)
+		}
+	}}
+	callers := make(chan string, 2)
+	first := make(chan int, 1)
+	go func() {
+		callers <- goid()
+		v, _ := q.Do(context.Background(), 1)
+		first <- v
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(ranOn)
+		mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first call did not run")
+		}
+	}
+	second := make(chan int, 1)
+	go func() {
+		callers <- goid()
+		v, _ := q.Do(context.Background(), 2)
+		second <- v
+	}()
+	time.Sleep(20 * time.Millisecond) // queued behind the first
+	close(release)
+	answer(t, first, 10, 5*time.Second)
+	answer(t, second, 20, 5*time.Second)
+	c1, c2 := <-callers, <-callers
+	if ranOn[0] != c1 {
+		t.Errorf("the idle queue's call ran on goroutine %s, its caller is %s", ranOn[0], c1)
+	}
+	if ranOn[1] == c2 || ranOn[1] == c1 {
+		t.Errorf("the queued call ran on goroutine %s, a caller's (%s, %s), not a runner's", ranOn[1], c1, c2)
+	}
+}
+
+// BenchmarkIdleDo is a call to an idle queue, one at a time: the cost of
+// the queue itself when nothing waits.
+func BenchmarkIdleDo(b *testing.B) {
+	q := &groupcommit.Queue[int, int]{Run: func(calls []*groupcommit.Call[int, int]) {
+		for _, c := range calls {
+			c.Answer(c.In, nil)
+		}
+	}}
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		if v, err := q.Do(ctx, i); err != nil || v != i {
+			b.Fatalf("Do(%d) = %d, %v", i, v, err)
 		}
 	}
 }
