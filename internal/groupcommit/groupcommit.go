@@ -77,18 +77,29 @@ func (q *Queue[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	q.runs++
 	started := q.begin()
 	q.mu.Unlock()
-	q.run([]*Call[In, Out]{c})
-	q.mu.Lock()
-	q.end(started)
-	switch {
-	case len(q.calls) == 0:
-		q.runs--
-	case q.yield():
-	default:
-		go q.drain() // the run stays counted, as drain's
-	}
-	q.mu.Unlock()
+	q.runInline(c, started)
 	return c.out, c.err
+}
+
+// runInline runs c alone on its caller's goroutine (Do), then leaves the
+// calls queued meanwhile to a runner. That hand-over is deferred: a Run
+// that panics here panics in the caller's goroutine, which may recover
+// (the API answers 500), and the queue must not be left counting a run
+// that never ends, with every later call waiting behind it.
+func (q *Queue[In, Out]) runInline(c *Call[In, Out], started time.Time) {
+	defer func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.end(started)
+		switch {
+		case len(q.calls) == 0:
+			q.runs--
+		case q.yield():
+		default:
+			go q.drain() // the run stays counted, as drain's
+		}
+	}()
+	q.run([]*Call[In, Out]{c})
 }
 
 // Start queues a call of in and returns at once; the caller may do other

@@ -277,3 +277,33 @@ func BenchmarkIdleDo(b *testing.B) {
 		}
 	}
 }
+
+// A Run that panics on its caller's goroutine, where the caller recovers,
+// leaves the queue working: the calls queued behind it and those made
+// after are answered.
+func TestPanicInAnIdleCallLeavesTheQueueWorking(t *testing.T) {
+	release := make(chan struct{})
+	q := &groupcommit.Queue[int, int]{Run: func(calls []*groupcommit.Call[int, int]) {
+		if calls[0].In == 1 {
+			<-release
+			panic("run of 1")
+		}
+		for _, c := range calls {
+			c.Answer(c.In*10, nil)
+		}
+	}}
+	recovered := make(chan any, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		q.Do(context.Background(), 1) //nolint:errcheck // it panics
+	}()
+	time.Sleep(20 * time.Millisecond) // the first call runs, held
+	queued := do(q, 2)
+	time.Sleep(20 * time.Millisecond) // queued behind it
+	close(release)
+	if p := <-recovered; p != "run of 1" {
+		t.Fatalf("recovered %v, want the run's panic", p)
+	}
+	answer(t, queued, 20, 5*time.Second)
+	answer(t, do(q, 3), 30, 5*time.Second)
+}
