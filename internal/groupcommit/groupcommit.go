@@ -69,16 +69,19 @@ func (c *Call[In, Out]) Answer(out Out, err error) {
 func (q *Queue[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	c := newCall[In, Out](ctx, in)
 	q.mu.Lock()
-	if q.runs > 0 || len(q.calls) > 0 {
+	if q.runs == 0 && len(q.calls) == 0 {
+		q.runs++
+		started := q.begin()
 		q.mu.Unlock()
-		q.add(c)
-		return c.Wait()
+		q.runInline(c, started)
+		return c.out, c.err
 	}
-	q.runs++
-	started := q.begin()
+	start := q.queue(c)
 	q.mu.Unlock()
-	q.runInline(c, started)
-	return c.out, c.err
+	if start {
+		go q.drain()
+	}
+	return c.Wait()
 }
 
 // runInline runs c alone on its caller's goroutine (Do), then leaves the
@@ -137,12 +140,18 @@ func (c *Call[In, Out]) Wait() (Out, error) {
 // newest run has gone on for Overlap.
 func (q *Queue[In, Out]) add(c *Call[In, Out]) {
 	q.mu.Lock()
-	q.calls = append(q.calls, c)
-	start := q.claimRun()
+	start := q.queue(c)
 	q.mu.Unlock()
 	if start {
 		go q.drain()
 	}
+}
+
+// queue appends c to the queued calls and says whether the caller must
+// start a runner for them (claimRun). The caller holds q.mu.
+func (q *Queue[In, Out]) queue(c *Call[In, Out]) bool {
+	q.calls = append(q.calls, c)
+	return q.claimRun()
 }
 
 // claimRun says whether a run may start now for the queued calls: none is

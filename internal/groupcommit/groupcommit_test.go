@@ -211,13 +211,10 @@ func goid() string {
 // A call that finds the queue idle runs on its caller's goroutine; one
 // queued behind a run in flight is run by a runner.
 func TestIdleCallRunsOnItsCallersGoroutine(t *testing.T) {
-	var ranOn []string
-	var mu sync.Mutex
+	ranOn := make(chan string, 2) // each run's goroutine, as it starts
 	release := make(chan struct{})
 	q := &groupcommit.Queue[int, int]{Run: func(calls []*groupcommit.Call[int, int]) {
-		mu.Lock()
-		ranOn = append(ranOn, goid())
-		mu.Unlock()
+		ranOn <- goid()
 		if calls[0].In == 1 {
 			<-release
 		}
@@ -232,17 +229,7 @@ func TestIdleCallRunsOnItsCallersGoroutine(t *testing.T) {
 		v, _ := q.Do(context.Background(), 1)
 		first <- v
 	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		mu.Lock()
-		n := len(ranOn)
-		mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first call did not run")
-		}
-	}
+	ran1 := <-ranOn // the first call runs, held
 	second := make(chan int, 1)
 	go func() {
 		callers <- goid()
@@ -253,12 +240,12 @@ func TestIdleCallRunsOnItsCallersGoroutine(t *testing.T) {
 	close(release)
 	answer(t, first, 10, 5*time.Second)
 	answer(t, second, 20, 5*time.Second)
-	c1, c2 := <-callers, <-callers
-	if ranOn[0] != c1 {
-		t.Errorf("the idle queue's call ran on goroutine %s, its caller is %s", ranOn[0], c1)
+	ran2, c1, c2 := <-ranOn, <-callers, <-callers
+	if ran1 != c1 {
+		t.Errorf("the idle queue's call ran on goroutine %s, its caller is %s", ran1, c1)
 	}
-	if ranOn[1] == c2 || ranOn[1] == c1 {
-		t.Errorf("the queued call ran on goroutine %s, a caller's (%s, %s), not a runner's", ranOn[1], c1, c2)
+	if ran2 == c2 || ran2 == c1 {
+		t.Errorf("the queued call ran on goroutine %s, a caller's (%s, %s), not a runner's", ran2, c1, c2)
 	}
 }
 
@@ -282,9 +269,10 @@ func BenchmarkIdleDo(b *testing.B) {
 // leaves the queue working: the calls queued behind it and those made
 // after are answered.
 func TestPanicInAnIdleCallLeavesTheQueueWorking(t *testing.T) {
-	release := make(chan struct{})
+	running, release := make(chan struct{}), make(chan struct{})
 	q := &groupcommit.Queue[int, int]{Run: func(calls []*groupcommit.Call[int, int]) {
 		if calls[0].In == 1 {
+			close(running)
 			<-release
 			panic("run of 1")
 		}
@@ -297,7 +285,7 @@ func TestPanicInAnIdleCallLeavesTheQueueWorking(t *testing.T) {
 		defer func() { recovered <- recover() }()
 		q.Do(context.Background(), 1) //nolint:errcheck // it panics
 	}()
-	time.Sleep(20 * time.Millisecond) // the first call runs, held
+	<-running // the first call runs, held
 	queued := do(q, 2)
 	time.Sleep(20 * time.Millisecond) // queued behind it
 	close(release)
