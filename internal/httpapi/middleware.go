@@ -152,10 +152,7 @@ const limiterBudget = 150 * time.Millisecond
 // master; a payment request should not. Each request let through that way
 // counts in paysvc_ratelimit_unavailable_total.
 func (s *Server) rateLimit(c *gin.Context) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), limiterBudget)
-	ok := s.allowed(c, s.limiter.Start(ctx, c.GetString(ctxKeyID)))
-	cancel()
-	if ok {
+	if s.allowed(c, s.limiter.Start(c.Request.Context(), c.GetString(ctxKeyID), limiterBudget)) {
 		c.Next()
 	}
 }
@@ -163,18 +160,24 @@ func (s *Server) rateLimit(c *gin.Context) {
 // rateLimitRead is rateLimit for a read route: the read runs while Redis
 // decides, so its request waits for the longer of the two, not for both
 // one after the other; its response is held until the decision, and
-// dropped for the 429 if refused. A key this process saw refused within
-// its Retry-After is decided first, as rateLimit does, so a client over
-// its limit does not make the database work for nothing.
+// dropped for the 429 if refused. A check decided at once (from this
+// process's lease of the key's budget) needs no holding. A key this
+// process saw refused within its Retry-After is decided first, as
+// rateLimit does, so a client over its limit does not make the database
+// work for nothing.
 func (s *Server) rateLimitRead(c *gin.Context) {
 	key := c.GetString(ctxKeyID)
 	if s.limiter.Refusing(key) {
 		s.rateLimit(c)
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.Request.Context(), limiterBudget)
-	defer cancel()
-	check := s.limiter.Start(ctx, key)
+	check := s.limiter.Start(c.Request.Context(), key, limiterBudget)
+	if check.Decided() {
+		if s.allowed(c, check) {
+			c.Next()
+		}
+		return
+	}
 	w := &captureWriter{ResponseWriter: c.Writer}
 	c.Writer = w
 	defer func() { c.Writer = w.ResponseWriter }() // a panic is answered on the real writer

@@ -9,7 +9,7 @@ import (
 	"paysvc/internal/groupcommit"
 )
 
-// batcher is the Redis client redis_rate runs its GCRA script through: the
+// batcher is the Redis client the limiter runs its GCRA scripts through: the
 // EVALSHAs of concurrent checks travel together, as one pipeline in one
 // round trip. Different keys decided at once are gathered (gathering); the
 // one-by-one checks of a key near its limit queue while the previous
@@ -41,7 +41,7 @@ type evalArgs struct {
 
 // EvalSha queues the command for the next pipeline, or its gathering's
 // (gatherIn), and waits for its reply. A call given up comes back as a
-// command carrying its context's error: redis_rate reads the command's
+// command carrying its context's error: the script's Run reads the command's
 // error.
 func (b *batcher) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
 	a := evalArgs{sha: sha, keys: keys, args: args}
@@ -60,13 +60,13 @@ func (b *batcher) EvalSha(ctx context.Context, sha string, keys []string, args .
 }
 
 // gathering holds the EVALSHAs of n decisions made at once by goroutines
-// of their own (coalesce's keys, each through redis_rate) until the last
+// of their own (coalesce's keys, each through spend) until the last
 // has come, then sends them as one pipeline. Through the queue the first
 // would go alone and the others follow as they reach it, in several
 // pipelines: one round trip of Redis's for each, where one does for all.
 //
 // Each of the n goroutines must send exactly one EVALSHA under the
-// gathering, as redis_rate's AllowN does first (its EVAL after NOSCRIPT
+// gathering, as spend's script Run does first (its EVAL after NOSCRIPT
 // goes straight to the client): the pipeline leaves when the n-th comes.
 type gathering struct {
 	ctx   context.Context // the pipeline's: see groupcommit.PatientContext

@@ -21,9 +21,9 @@ func TestGivenUpChecksAnswerAnError(t *testing.T) {
 }
 
 // TestGivenUpCallsAnswerACommand: the batcher answers every EVALSHA with a
-// command, one carrying the context's error when its caller gave up:
-// redis_rate reads the answer's error, and a nil command would panic on the
-// queue's goroutine, where nothing recovers.
+// command, one carrying the context's error when its caller gave up: the
+// script's Run reads the answer's error, and a nil command would panic on
+// the queue's goroutine, where nothing recovers.
 func TestGivenUpCallsAnswerACommand(t *testing.T) {
 	t.Parallel()
 	b := newBatcher(testenv.Redis(t))

@@ -1,5 +1,8 @@
-// Package ratelimit limits requests per API key in Redis with GCRA
-// (go-redis/redis_rate), so every API replica shares one budget per key.
+// Package ratelimit limits requests per API key in Redis with GCRA, so
+// every API replica shares one budget per key. The hourly limit is exact
+// across replicas: the check that would overspend a key's budget is
+// refused, whichever replica it reaches. Sign-in attempts (Window) use
+// go-redis/redis_rate as it is.
 package ratelimit
 
 import (
@@ -16,24 +19,35 @@ import (
 
 // Limiter allows perHour requests per key per rolling hour.
 type Limiter struct {
-	l     *redis_rate.Limiter
-	limit redis_rate.Limit
-	q     groupcommit.Queue[string, Result] // checks by their Redis key
+	rdb   *batcher
+	burst int // the hourly budget, spendable at once
+	// interval is GCRA's emission interval: one request refills in it.
+	interval time.Duration
+	q        groupcommit.Queue[string, Result] // checks by their key
 	// refused holds, per key this process saw refused, until when that
 	// refusal's RetryAfter runs (Refusing).
 	refused sync.Map // key → time.Time
+	// leases holds, per key, this process's latest lease of its budget
+	// (lease.go).
+	leases                     sync.Map // key → *lease
+	maxLease, reserve          int
+	leaseFor, leasedRemembered time.Duration
 }
 
 // New returns a limiter of perHour requests per key. The burst equals the
 // hourly budget: a key may spend its hour at once, then refills steadily.
-// Concurrent checks of one key are decided together (coalesce), and the
-// Redis calls of concurrent checks share their round trips (batcher).
+// Concurrent checks of one key are decided together (coalesce), the Redis
+// calls of concurrent checks share their round trips (batcher), and a key
+// checked faster than Redis answers is decided from a short lease of its
+// budget (lease.go).
 func New(rdb redis.UniversalClient, perHour int) *Limiter {
 	l := &Limiter{
-		l:     redis_rate.NewLimiter(newBatcher(rdb)),
-		limit: redis_rate.Limit{Rate: perHour, Burst: perHour, Period: time.Hour},
+		rdb:      newBatcher(rdb),
+		burst:    perHour,
+		interval: time.Hour / time.Duration(max(perHour, 1)),
 	}
 	l.q.Run = l.coalesce
+	l.sizeLeases(perHour)
 	return l
 }
 
@@ -50,25 +64,48 @@ type check = groupcommit.Call[string, Result]
 
 // Allow spends one request of key's budget.
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	return l.Start(ctx, key).Wait()
+	return l.Start(ctx, key, 0).Wait()
 }
 
-// Check is an Allow under way (Start).
+// Check is an Allow under way (Start), or already decided from a lease.
 type Check struct {
-	l   *Limiter
-	key string
-	c   *check
+	l      *Limiter
+	key    string
+	c      *check
+	cancel context.CancelFunc
+	res    Result // c nil: decided at Start
 }
 
 // Start begins spending one request of key's budget and returns at once:
-// the caller may do other work while Redis decides, then Wait.
-func (l *Limiter) Start(ctx context.Context, key string) Check {
-	return Check{l: l, key: key, c: l.q.Start(ctx, "ratelimit:"+key)}
+// the caller may do other work while Redis decides, then Wait. A check
+// this process can decide from its lease of the key's budget is decided
+// at once (Decided), with no call to Redis. budget, when above zero,
+// bounds the wait for Redis's decision.
+func (l *Limiter) Start(ctx context.Context, key string, budget time.Duration) Check {
+	if res, ok := l.fromLease(key); ok {
+		return Check{res: res}
+	}
+	k := Check{l: l, key: key}
+	if budget > 0 {
+		ctx, k.cancel = context.WithTimeout(ctx, budget)
+	}
+	k.c = l.q.Start(ctx, key)
+	return k
 }
+
+// Decided says whether the check was decided at Start: Wait returns at
+// once.
+func (k Check) Decided() bool { return k.c == nil }
 
 // Wait returns the decision of the check.
 func (k Check) Wait() (Result, error) {
+	if k.c == nil {
+		return k.res, nil
+	}
 	res, err := k.c.Wait()
+	if k.cancel != nil {
+		k.cancel()
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("rate limit: %w", err)
 	}
@@ -95,12 +132,17 @@ func (l *Limiter) Refusing(key string) bool {
 }
 
 // coalesce decides the checks queued while the previous ones were in Redis:
-// one decision per key, the keys' decisions at once, their Redis calls
-// gathered in one pipeline (gathering).
+// those a lease taken meanwhile covers from it, then one decision per
+// remaining key, the keys' decisions at once, their Redis calls gathered in
+// one pipeline (gathering).
 func (l *Limiter) coalesce(checks []*check) {
 	_, byKey := groupcommit.Distinct(checks, func(key string) string { return key })
-	if len(byKey) == 1 {
-		l.decide(byKey[0], nil)
+	byKey = l.answerFromLeases(byKey)
+	switch len(byKey) {
+	case 0:
+		return
+	case 1:
+		l.decide(byKey[0], nil, false)
 		return
 	}
 	patient, cancel := groupcommit.PatientContext(checks)
@@ -108,68 +150,104 @@ func (l *Limiter) coalesce(checks []*check) {
 	g := gatherIn(patient, len(byKey))
 	var wg sync.WaitGroup
 	for _, cs := range byKey {
-		wg.Go(func() { l.decide(cs, g) })
+		wg.Go(func() { l.decide(cs, g, false) })
 	}
 	wg.Wait()
 }
 
 // decide spends the budget of n concurrent checks of one key with one GCRA
-// call of cost n, which is exact (to redis_rate's float rounding, well under
+// call of cost n, which is exact (to GCRA's float rounding, well under
 // Redis's microsecond clock): n calls of cost 1 at one instant all pass
 // exactly when one of cost n passes, and when it is refused it spends
-// nothing. Refused, its RetryAfter tells how many of the n would have fitted
-// one by one: none when even the first would still wait (the call of cost n
-// waits n-1 intervals longer than the first call of cost 1 would), and then
-// every check is refused with the first one's wait. Otherwise some but not
-// all fit, as when a key crosses its limit, and each check is decided
-// alone, with a call of cost 1 of its own (through the batcher's queue).
+// nothing. The call may take a lease for the checks to come as well
+// (leaseSize); it is granted only with the budget well above it.
+//
+// Refused while another process may hold a lease of the key's budget, the
+// checks are decided again once every such lease has been used or given
+// back (afterLeases): a check is refused only when the budget is spent.
+//
+// Refused, its RetryAfter tells how many of the n would have fitted one by
+// one: none when even the first would still wait (the call of cost n waits
+// n-1 intervals longer than the first call of cost 1 would), and then every
+// check is refused with the first one's wait. Otherwise some but not all
+// fit, as when a key crosses its limit, and each check is decided alone,
+// with a call of cost 1 of its own (through the batcher's queue).
 // g, when coalesce decides several keys at once, gathers the call of cost
-// n with theirs.
-func (l *Limiter) decide(cs []*check, g *gathering) {
+// n with theirs. again says the checks were refused once already.
+func (l *Limiter) decide(cs []*check, g *gathering, again bool) {
 	n, key := len(cs), cs[0].In
 	ctx, cancel := groupcommit.PatientContext(cs)
 	defer cancel()
-	if g != nil {
-		ctx = g.under(ctx)
+	extra := 0
+	if !again {
+		extra = l.leaseSize(key, n)
 	}
-	res, err := l.l.AllowN(ctx, key, l.limit, n)
+	gctx := ctx
+	if g != nil {
+		gctx = g.under(ctx)
+	}
+	res, err := l.spend(gctx, key, n, extra)
 	if err != nil {
 		for _, c := range cs {
 			c.Answer(Result{}, err)
 		}
 		return
 	}
-	if res.Allowed > 0 {
+	if res.granted > 0 {
+		if res.granted > n {
+			l.lend(key, res.granted-n, res.remaining)
+		}
 		for i, c := range cs {
-			c.Answer(Result{Allowed: true, Limit: l.limit.Burst, Remaining: res.Remaining + n - 1 - i}, nil)
+			c.Answer(Result{Allowed: true, Limit: l.burst, Remaining: res.remaining + res.granted - 1 - i}, nil)
 		}
 		return
 	}
-	// GCRA's emission interval: one request refills in it. The margin keeps
-	// a float rounding at the boundary on the exact path.
-	interval := l.limit.Period / time.Duration(l.limit.Rate)
-	if firstWaits := res.RetryAfter - time.Duration(n-1)*interval; n == 1 || firstWaits > time.Millisecond {
+	if res.leased > 0 && !again {
+		go l.afterLeases(cs, res)
+		return
+	}
+	// The margin keeps a float rounding at the boundary on the exact path.
+	if firstWaits := res.retryAfter - time.Duration(n-1)*l.interval; n == 1 || firstWaits > time.Millisecond {
 		for _, c := range cs {
-			c.Answer(Result{Limit: l.limit.Burst, RetryAfter: firstWaits}, nil)
+			c.Answer(Result{Limit: l.burst, RetryAfter: firstWaits}, nil)
 		}
 		return
 	}
 	var wg sync.WaitGroup
 	for _, c := range cs {
 		wg.Go(func() {
-			res, err := l.l.Allow(c.Ctx(), key, l.limit)
+			res, err := l.spend(c.Ctx(), key, 1, 0)
 			if err != nil {
 				c.Answer(Result{}, err)
 				return
 			}
-			r := Result{Allowed: res.Allowed > 0, Limit: l.limit.Burst, Remaining: res.Remaining}
+			r := Result{Allowed: res.granted > 0, Limit: l.burst, Remaining: res.remaining}
 			if !r.Allowed {
-				r.RetryAfter = res.RetryAfter
+				r.RetryAfter = res.retryAfter
 			}
 			c.Answer(r, nil)
 		})
 	}
 	wg.Wait()
+}
+
+// afterLeases decides refused checks again once every lease of their key
+// taken so far has ended (refused.leased from now), on a goroutine of its
+// own: the queue's other keys do not wait behind it. A check whose caller
+// will not wait that long keeps its refusal.
+func (l *Limiter) afterLeases(cs []*check, refused spent) {
+	wait := time.NewTimer(refused.leased)
+	defer wait.Stop()
+	ctx, cancel := groupcommit.PatientContext(cs)
+	defer cancel()
+	select {
+	case <-wait.C:
+		l.decide(cs, nil, true)
+	case <-ctx.Done():
+		for _, c := range cs {
+			c.Answer(Result{Limit: l.burst, RetryAfter: refused.retryAfter - time.Duration(len(cs)-1)*l.interval}, nil)
+		}
+	}
 }
 
 // Window allows n events per key per period (sign-in attempts): GCRA

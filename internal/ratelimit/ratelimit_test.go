@@ -97,7 +97,7 @@ func TestBudgetWithHangingRedis(t *testing.T) {
 
 // TestScriptFlushed: after Redis has lost its script cache (a restart, a
 // failover to a replica that never ran the script) the batched EVALSHAs
-// answer NOSCRIPT and redis_rate sends the script again: every check
+// answer NOSCRIPT and the script is sent again: every check
 // still gets an answer, none an error.
 func TestScriptFlushed(t *testing.T) {
 	rdb := testenv.Redis(t)
@@ -356,5 +356,100 @@ func TestManyKeysDecidedInOneRoundTrip(t *testing.T) {
 	// The held send, then the queued keys' one pipeline.
 	if got, alone := s.n.Load(), s.alone.Load(); got != 2 || alone != 1 {
 		t.Errorf("%d keys' checks queued behind one: got %d sends (%d script calls alone), want 2 (the first alone, then one pipeline)", keys, got, alone)
+	}
+}
+
+// TestLeaseDecidesWithoutRedis: after concurrent checks of a key the
+// process holds a lease of its budget, and decides the next checks at
+// once, with no script call, each with one less Remaining, until the lease
+// runs out. When a lease ends its unused budget goes back to Redis:
+// another replica then finds the key's budget spent by exactly the checks
+// allowed.
+func TestLeaseDecidesWithoutRedis(t *testing.T) {
+	t.Parallel()
+	const limit = 10_000 // leases of up to 100; one request refills in 0.36 s
+	rdb := testenv.Redis(t)
+	calls := &scriptCalls{}
+	rdb.AddHook(calls)
+	l := ratelimit.New(rdb, limit)
+	ratelimit.SetLeaseTimes(l, 200*time.Millisecond, time.Second)
+	key := payments.NewID("key_")
+	ctx := context.Background()
+	for _, res := range checkAtOnce(t, l, key, 50) {
+		if !res.Allowed {
+			t.Fatalf("got %+v; want allowed", res)
+		}
+	}
+	allowed, fromLease, before, prev := 50, 0, calls.n.Load(), 0
+	for {
+		sent := calls.n.Load()
+		k := l.Start(ctx, key, 0)
+		if !k.Decided() { // the lease ran out: this one goes to Redis
+			if got := sent - before; got != 0 {
+				t.Errorf("%d checks decided from a lease made %d script calls; want 0", fromLease, got)
+			}
+			if res, err := k.Wait(); err != nil || !res.Allowed {
+				t.Fatalf("check after the lease: got %+v, %v; want allowed", res, err)
+			}
+			allowed++
+			break
+		}
+		res, err := k.Wait()
+		if err != nil || !res.Allowed || res.Limit != limit || (fromLease > 0 && res.Remaining != prev-1) {
+			t.Fatalf("check %d from the lease: got %+v, %v; want allowed with %d remaining", fromLease, res, err, prev-1)
+		}
+		prev = res.Remaining
+		fromLease++
+		allowed++
+	}
+	if fromLease == 0 {
+		t.Fatal("no check after 50 at once was decided at Start; want decided from a lease")
+	}
+	time.Sleep(300 * time.Millisecond) // the leases end and give back the rest
+	res, err := ratelimit.New(testenv.Redis(t), limit).Allow(ctx, key)
+	if want := limit - allowed - 1; err != nil || !res.Allowed || res.Remaining < want || res.Remaining > want+1 {
+		t.Errorf("another replica after %d checks and the leases' end: got %+v, %v; want allowed with %d remaining (%d with a refill)", allowed, res, err, want, want+1)
+	}
+	t.Logf("%d checks decided from the lease", fromLease)
+}
+
+// TestALeaseHeldElsewhereIsWaitedFor: replica a holds a lease of a key's
+// budget and leaves it unused; replica b spends the rest with concurrent
+// checks. b's checks are not refused for the budget a holds: those that
+// find the budget spent wait for a's lease to end and its budget to come
+// back, and are decided again. The key allows exactly its limit, and then
+// refuses.
+func TestALeaseHeldElsewhereIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	const limit = 1000 // leases of up to 10, while 100 stay left
+	a, b := ratelimit.New(testenv.Redis(t), limit), ratelimit.New(testenv.Redis(t), limit)
+	ratelimit.SetLeaseTimes(a, time.Second, 1500*time.Millisecond)
+	key := payments.NewID("key_")
+	ctx := context.Background()
+	allowed := 0
+	for _, res := range checkAtOnce(t, a, key, 40) {
+		if res.Allowed {
+			allowed++
+		}
+	}
+	k := a.Start(ctx, key, 0)
+	if !k.Decided() {
+		t.Fatal("a after 40 checks at once holds no lease")
+	}
+	if res, _ := k.Wait(); res.Allowed {
+		allowed++
+	}
+	start := time.Now()
+	for _, res := range checkAtOnce(t, b, key, limit) {
+		if res.Allowed {
+			allowed++
+		}
+	}
+	t.Logf("b's %d checks took %v", limit, time.Since(start))
+	if allowed != limit {
+		t.Errorf("got %d checks allowed of a key with a budget of %d; want exactly %d", allowed, limit, limit)
+	}
+	if res, err := a.Allow(ctx, key); err != nil || res.Allowed {
+		t.Errorf("one more: got %+v, %v; want refused", res, err)
 	}
 }
