@@ -1,9 +1,20 @@
 package ratelimit
 
-import "time"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // SetLeaseTimes sets how long l's leases hand out their budget, and how
 // long Redis remembers a lease of l's (tests that must see a lease end).
 func SetLeaseTimes(l *Limiter, leaseFor, remembered time.Duration) {
 	l.leaseFor, l.leasedRemembered = leaseFor, remembered
+}
+
+// IsGiveBack says whether cmd is a call of the give-back script (EVALSHA
+// or EVAL).
+func IsGiveBack(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	return len(args) > 1 && (args[1] == giveBack.Hash() || args[1] == giveBackSrc)
 }

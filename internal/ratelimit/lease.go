@@ -15,26 +15,35 @@ import (
 // out to them itself, with no round trip. When the lease ends its unused
 // budget is given back to Redis (giveBack), as if never spent.
 //
-// The limit stays exact across replicas:
-//   - Nothing is handed out that Redis did not grant: a key is never
-//     allowed more than its budget.
+// A key is never allowed more than its budget: nothing is handed out that
+// Redis did not grant, a give-back returns only what was not handed out,
+// and only while Redis remembers the lease.
+//
+// A check is refused only when the budget is spent, across replicas:
 //   - A lease is granted only while the budget left after it is at least
 //     reserve, a tenth of the hour. Near its limit a key is decided check
 //     by check, as without leases.
 //   - Redis remembers for leasedRemembered that a key's budget was leased.
 //     A check refused meanwhile may be refused only because another replica
 //     holds unused budget: it waits until every such lease has ended and
-//     been given back, and is decided again (Limiter.afterLeases). So a
-//     check is refused only when the budget is spent.
+//     been given back, and is decided again (Limiter.afterLeases). A
+//     refusal keeps new leases of the key off until then, so the second
+//     decision is final.
 //
-// A replica that dies holding a lease loses its unused budget (at most
-// maxLease, a hundredth of the hour) as a request it admitted just before
-// dying would have: the key is refused that much early, never allowed
-// more. A key from a process that restarts keeps its budget in Redis.
+// The budget a key loses (refused early, never allowed more): a lease held
+// by a replica that dies, or whose give-back reaches Redis more than
+// leasedRemembered after the grant (a process stalled that long), or whose
+// grant's reply was given up on; and a refusal decided at once instead of
+// after the leases, when its caller cannot wait for that (its deadline is
+// near). Each is at most maxLease, a hundredth of the hour, and only while
+// the key crosses its limit. Replicas from before leases (redis_rate's
+// script, the same state) refuse without waiting for the new ones' leases.
 
 // Lease timings: a lease hands out its budget for leaseFor, and Redis
 // remembers a lease for leasedRemembered, which leaves its give-back
-// three times leaseFor to arrive.
+// three times leaseFor to arrive. A refusal keeps leases off for three
+// times leasedRemembered (the refused marker): the wait for the leases
+// before it and the second decision fit in that.
 const (
 	leaseFor         = 25 * time.Millisecond
 	leasedRemembered = 100 * time.Millisecond
@@ -146,7 +155,7 @@ func (l *Limiter) lend(key string, size, remaining int) {
 			defer cancel()
 			// Failing, the budget stays spent: the key is refused that
 			// much early, never allowed more.
-			_ = giveBack.Run(ctx, l.rdb, []string{redisKey(key)}, unused, l.burst, periodSeconds).Err()
+			_ = giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "leased")}, unused, l.burst, periodSeconds).Err()
 		}
 	})
 }
@@ -162,8 +171,8 @@ type spent struct {
 // spend spends n requests of key's budget, and a lease of extra more when
 // the budget left after it stays at least reserve.
 func (l *Limiter) spend(ctx context.Context, key string, n, extra int) (spent, error) {
-	v, err := gcra.Run(ctx, l.rdb, []string{redisKey(key), leasedKey(key)},
-		l.burst, periodSeconds, n, extra, l.reserve, l.leasedRemembered.Milliseconds()).Slice()
+	v, err := gcra.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "leased"), markerKey(key, "refused")},
+		l.burst, periodSeconds, n, extra, l.reserve, l.leasedRemembered.Milliseconds(), 3*l.leasedRemembered.Milliseconds()).Slice()
 	if err != nil {
 		return spent{}, err
 	}
@@ -182,20 +191,24 @@ func (l *Limiter) spend(ctx context.Context, key string, n, extra int) (spent, e
 // carries over from the replicas that ran it.
 func redisKey(key string) string { return "rate:ratelimit:" + key }
 
-// leasedKey is the marker of key's leases. Its hash tag is the state's
-// whole key, so the script's two keys hash to one slot of a cluster (whose
-// MOVED answers stay the only error there, see internal/app's
-// TestRedisClusterUnsupported).
-func leasedKey(key string) string { return "{" + redisKey(key) + "}:leased" }
+// markerKey is a marker of key's state ("leased", "refused"). Its hash tag
+// is the state's whole key, so the script's keys hash to one slot of a
+// cluster (whose MOVED answers stay the only error there, see
+// internal/app's TestRedisClusterUnsupported).
+func markerKey(key, what string) string { return "{" + redisKey(key) + "}:" + what }
 
 // gcra is redis_rate's GCRA (its allowN script: the state is the
 // theoretical arrival time, in seconds since 2017, under the same key),
-// with whole arguments and a lease. KEYS: the state, the lease marker.
+// with whole arguments and a lease. A refusal keeps leases of the key off
+// for a while (the refused marker), so that checks refused once and
+// decided again after the leases before them (afterLeases) meet no lease
+// taken in between. KEYS: the state, the lease marker, the refused marker.
 // ARGV: burst (the hourly rate too), period (s), cost, lease, reserve,
-// marker (ms).
-// Reply: granted, remaining, retry after (µs), the marker's PTTL (ms)
-// when refused.
+// the lease marker's life (ms), the refused marker's life (ms).
+// Reply: granted, remaining, retry after (µs), the lease marker's PTTL (ms)
+// when refused (-2: none).
 var gcra = redis.NewScript(`
+redis.replicate_commands()
 local burst = tonumber(ARGV[1])
 local interval = tonumber(ARGV[2]) / burst
 local cost = tonumber(ARGV[3])
@@ -211,9 +224,10 @@ end
 -- requests that fit now
 local fit = (now - tat) / interval + burst
 if fit < cost then
+  redis.call("SET", KEYS[3], 1, "PX", ARGV[7])
   return {0, 0, math.ceil((cost - fit) * interval * 1000000), redis.call("PTTL", KEYS[2])}
 end
-if extra > 0 and fit - cost - extra >= reserve then
+if extra > 0 and fit - cost - extra >= reserve and redis.call("EXISTS", KEYS[3]) == 0 then
   cost = cost + extra
   -- never shorter than a lease before it (another replica's, maybe
   -- remembered longer)
@@ -227,16 +241,22 @@ return {cost, math.floor(fit - cost), 0, 0}
 `)
 
 // giveBack returns a lease's unused budget: the state's arrival time moves
-// back by that many intervals, as if they had never been spent. A key whose
-// state expired meanwhile has its whole budget anyway. ARGV: requests,
-// rate, period (s).
-var giveBack = redis.NewScript(`
+// back by that many intervals, as if they had never been spent. Only while
+// Redis remembers the lease: a check refused since has waited for the
+// give-back that long (afterLeases), and a state that expired and started
+// afresh meanwhile (a process stalled for seconds) must not be credited
+// with budget it never spent. A give-back that comes later is lost: the
+// key is refused that much early, never allowed more. KEYS: the state, the
+// lease marker. ARGV: requests, rate, period (s).
+var giveBack = redis.NewScript(giveBackSrc)
+
+const giveBackSrc = `
 local tat = redis.call("GET", KEYS[1])
-if tat then
+if tat and redis.call("EXISTS", KEYS[2]) == 1 then
   redis.call("SET", KEYS[1], tonumber(tat) - ARGV[1] * ARGV[3] / ARGV[2], "KEEPTTL")
 end
 return 0
-`)
+`
 
 // periodSeconds is the limit's period: an hour.
 const periodSeconds = 3600

@@ -142,7 +142,7 @@ func (l *Limiter) coalesce(checks []*check) {
 	case 0:
 		return
 	case 1:
-		l.decide(byKey[0], nil, false)
+		l.decide(byKey[0], nil)
 		return
 	}
 	patient, cancel := groupcommit.PatientContext(checks)
@@ -150,7 +150,7 @@ func (l *Limiter) coalesce(checks []*check) {
 	g := gatherIn(patient, len(byKey))
 	var wg sync.WaitGroup
 	for _, cs := range byKey {
-		wg.Go(func() { l.decide(cs, g, false) })
+		wg.Go(func() { l.decide(cs, g) })
 	}
 	wg.Wait()
 }
@@ -165,34 +165,44 @@ func (l *Limiter) coalesce(checks []*check) {
 // Refused while another process may hold a lease of the key's budget, the
 // checks are decided again once every such lease has been used or given
 // back (afterLeases): a check is refused only when the budget is spent.
-//
-// Refused, its RetryAfter tells how many of the n would have fitted one by
-// one: none when even the first would still wait (the call of cost n waits
-// n-1 intervals longer than the first call of cost 1 would), and then every
-// check is refused with the first one's wait. Otherwise some but not all
-// fit, as when a key crosses its limit, and each check is decided alone,
-// with a call of cost 1 of its own (through the batcher's queue).
 // g, when coalesce decides several keys at once, gathers the call of cost
-// n with theirs. again says the checks were refused once already.
-func (l *Limiter) decide(cs []*check, g *gathering, again bool) {
+// n with theirs.
+func (l *Limiter) decide(cs []*check, g *gathering) {
 	n, key := len(cs), cs[0].In
 	ctx, cancel := groupcommit.PatientContext(cs)
 	defer cancel()
-	extra := 0
-	if !again {
-		extra = l.leaseSize(key, n)
-	}
 	gctx := ctx
 	if g != nil {
 		gctx = g.under(ctx)
 	}
-	res, err := l.spend(gctx, key, n, extra)
-	if err != nil {
+	res, err := l.spend(gctx, key, n, l.leaseSize(key, n))
+	switch {
+	case err != nil:
 		for _, c := range cs {
 			c.Answer(Result{}, err)
 		}
-		return
+	case res.granted == 0 && res.leased > 0:
+		go l.afterLeases(cs, res)
+	default:
+		l.settle(cs, res, func(c *check) (context.Context, context.CancelFunc) {
+			return c.Ctx(), func() {}
+		}, nil)
 	}
+}
+
+// settle answers the checks of one key from the reply to their call of
+// cost n. Allowed, each is answered (and a lease beyond them lent).
+// Refused, the reply's RetryAfter tells how many of the n would have
+// fitted one by one: none when even the first would still wait (the call
+// of cost n waits n-1 intervals longer than the first call of cost 1
+// would), and then every check is refused with the first one's wait.
+// Otherwise some but not all fit, as when a key crosses its limit, and
+// each check is decided alone, with a call of cost 1 of its own (through
+// the batcher's queue) under ctxOf's context. held, when the checks were
+// refused once already (afterLeases), answers a check whose own call
+// fails: it keeps its refusal.
+func (l *Limiter) settle(cs []*check, res spent, ctxOf func(*check) (context.Context, context.CancelFunc), held *Result) {
+	n, key := len(cs), cs[0].In
 	if res.granted > 0 {
 		if res.granted > n {
 			l.lend(key, res.granted-n, res.remaining)
@@ -202,12 +212,8 @@ func (l *Limiter) decide(cs []*check, g *gathering, again bool) {
 		}
 		return
 	}
-	if res.leased > 0 && !again {
-		go l.afterLeases(cs, res)
-		return
-	}
 	// The margin keeps a float rounding at the boundary on the exact path.
-	if firstWaits := res.retryAfter - time.Duration(n-1)*l.interval; n == 1 || firstWaits > time.Millisecond {
+	if firstWaits := l.firstWaits(n, res); n == 1 || firstWaits > time.Millisecond {
 		for _, c := range cs {
 			c.Answer(Result{Limit: l.burst, RetryAfter: firstWaits}, nil)
 		}
@@ -216,39 +222,109 @@ func (l *Limiter) decide(cs []*check, g *gathering, again bool) {
 	var wg sync.WaitGroup
 	for _, c := range cs {
 		wg.Go(func() {
-			res, err := l.spend(c.Ctx(), key, 1, 0)
-			if err != nil {
+			ctx, cancel := ctxOf(c)
+			defer cancel()
+			res, err := l.spend(ctx, key, 1, 0)
+			switch {
+			case err != nil && held != nil:
+				c.Answer(*held, nil)
+			case err != nil:
 				c.Answer(Result{}, err)
-				return
+			case res.granted > 0:
+				c.Answer(Result{Allowed: true, Limit: l.burst, Remaining: res.remaining}, nil)
+			default:
+				c.Answer(Result{Limit: l.burst, RetryAfter: res.retryAfter}, nil)
 			}
-			r := Result{Allowed: res.granted > 0, Limit: l.burst, Remaining: res.remaining}
-			if !r.Allowed {
-				r.RetryAfter = res.retryAfter
-			}
-			c.Answer(r, nil)
 		})
 	}
 	wg.Wait()
 }
 
+// firstWaits is how long the first of n checks refused together (res)
+// would wait alone.
+func (l *Limiter) firstWaits(n int, res spent) time.Duration {
+	return res.retryAfter - time.Duration(n-1)*l.interval
+}
+
 // afterLeases decides refused checks again once every lease of their key
-// taken so far has ended (refused.leased from now), on a goroutine of its
-// own: the queue's other keys do not wait behind it. A check whose caller
-// will not wait that long keeps its refusal.
+// taken so far has ended and been given back (refused.leased from now),
+// on a goroutine of its own: the queue's other keys do not wait behind it.
+// No lease of the key is granted meanwhile (the refusal keeps them off for
+// refusedRemembered), so a second refusal is final.
+//
+// A check is never held past what its caller waits for: its caller would
+// take a check out of time for a Redis that is down, and let its request
+// through. One whose deadline leaves no room for the wait and a second
+// call (retryBudget) keeps its refusal now, and the second call is given
+// up in time for the others to hear its answer, the refusal again if it
+// fails.
 func (l *Limiter) afterLeases(cs []*check, refused spent) {
-	wait := time.NewTimer(refused.leased)
-	defer wait.Stop()
-	ctx, cancel := groupcommit.PatientContext(cs)
-	defer cancel()
-	select {
-	case <-wait.C:
-		l.decide(cs, nil, true)
-	case <-ctx.Done():
-		for _, c := range cs {
-			c.Answer(Result{Limit: l.burst, RetryAfter: refused.retryAfter - time.Duration(len(cs)-1)*l.interval}, nil)
+	held := Result{Limit: l.burst, RetryAfter: max(l.firstWaits(len(cs), refused), time.Millisecond)}
+	latest := time.Now().Add(refused.leased + retryBudget)
+	waiting := cs[:0:0]
+	for _, c := range cs {
+		if d, ok := c.Ctx().Deadline(); ok && d.Before(latest) {
+			c.Answer(held, nil)
+		} else {
+			waiting = append(waiting, c)
 		}
 	}
+	if len(waiting) == 0 {
+		return
+	}
+	ctx, cancel := groupcommit.PatientContext(waiting)
+	defer cancel()
+	wait := time.NewTimer(refused.leased)
+	defer wait.Stop()
+	select {
+	case <-wait.C:
+	case <-ctx.Done():
+		for _, c := range waiting {
+			c.Answer(held, nil)
+		}
+		return
+	}
+	// Each call is given up answerMargin before its callers stop waiting
+	// (every one waits at least retryBudget more from here).
+	retry, cancelRetry := ctx, context.CancelFunc(func() {})
+	if d, ok := earliestDeadline(waiting); ok {
+		retry, cancelRetry = context.WithDeadline(ctx, d.Add(-answerMargin))
+	}
+	defer cancelRetry()
+	res, err := l.spend(retry, waiting[0].In, len(waiting), 0)
+	if err != nil {
+		for _, c := range waiting {
+			c.Answer(held, nil)
+		}
+		return
+	}
+	l.settle(waiting, res, func(c *check) (context.Context, context.CancelFunc) {
+		if d, ok := c.Ctx().Deadline(); ok {
+			return context.WithDeadline(c.Ctx(), d.Add(-answerMargin))
+		}
+		return context.WithCancel(c.Ctx())
+	}, &held)
 }
+
+// earliestDeadline is the first of the checks' deadlines, if any has one.
+func earliestDeadline(cs []*check) (time.Time, bool) {
+	var first time.Time
+	for _, c := range cs {
+		if d, ok := c.Ctx().Deadline(); ok && (first.IsZero() || d.Before(first)) {
+			first = d
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// A refusal held for leases (afterLeases) is decided again only if its
+// caller waits retryBudget more after the wait; each call of the second
+// decision is given up answerMargin before its callers stop waiting, for
+// its answer to reach them.
+const (
+	retryBudget  = 30 * time.Millisecond
+	answerMargin = 5 * time.Millisecond
+)
 
 // Window allows n events per key per period (sign-in attempts): GCRA
 // with a burst of n, so a key that spent its n refills one per period/n.
