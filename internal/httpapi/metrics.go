@@ -21,7 +21,7 @@ var (
 	}, []string{"method", "route"})
 	rateLimitUnavailable = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "paysvc_ratelimit_unavailable_total",
-		Help: "API requests let through unlimited because the rate limiter's Redis did not answer in time.",
+		Help: "API requests let through unlimited because the rate limiter's Redis did not answer in time (or failed).",
 	})
 )
 

@@ -139,8 +139,10 @@ func bearer(h string) (string, bool) {
 	return cred, strings.EqualFold(scheme, "Bearer") && cred != ""
 }
 
-// limiterBudget bounds the rate limiter's Redis call; it takes under a
-// millisecond when Redis answers.
+// limiterBudget bounds the rate limiter's check: its Redis call takes under
+// a millisecond when Redis answers, or none (a lease decides); a check
+// refused while another replica's lease of the key may come back waits for
+// it (tens of milliseconds), and is answered within this budget.
 const limiterBudget = 150 * time.Millisecond
 
 // rateLimit spends one request of the key's hourly budget. When Redis cannot

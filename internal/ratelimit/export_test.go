@@ -6,10 +6,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// SetLeaseTimes sets how long l's leases hand out their budget, and how
-// long Redis remembers a lease of l's (tests that must see a lease end).
-func SetLeaseTimes(l *Limiter, leaseFor, remembered time.Duration) {
-	l.leaseFor, l.leasedRemembered = leaseFor, remembered
+// SetLeaseTimes sets how long l's leases hand out their budget, how long
+// Redis remembers a lease of l's key, and how long it keeps the lease's
+// own marker (tests that must see a lease end).
+func SetLeaseTimes(l *Limiter, leaseFor, remembered, kept time.Duration) {
+	l.leaseFor, l.leasedRemembered, l.leaseKept = leaseFor, remembered, kept
 }
 
 // IsGiveBack says whether cmd is a call of the give-back script (EVALSHA

@@ -2,7 +2,10 @@ package ratelimit
 
 import (
 	"context"
+	"math/rand/v2"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,32 +19,43 @@ import (
 // budget is given back to Redis (giveBack), as if never spent.
 //
 // A key is never allowed more than its budget: nothing is handed out that
-// Redis did not grant, a give-back returns only what was not handed out,
-// and only while Redis remembers the lease.
+// Redis did not grant, and a give-back returns only what was not handed
+// out, once, and only while Redis keeps that lease's own marker
+// (leaseKept), within which the key's state cannot have started afresh.
 //
 // A check is refused only when the budget is spent, across replicas:
 //   - A lease is granted only while the budget left after it is at least
 //     reserve, a tenth of the hour. Near its limit a key is decided check
 //     by check, as without leases.
 //   - Redis remembers for leasedRemembered that a key's budget was leased.
-//     A check refused meanwhile may be refused only because another replica
-//     holds unused budget: it waits until every such lease has ended and
-//     been given back, and is decided again (Limiter.afterLeases). A
-//     refusal keeps new leases of the key off until then, so the second
-//     decision is final.
+//     A check that does not fit meanwhile may not fit only because another
+//     replica holds unused budget: it waits until every such lease has
+//     ended and been given back, and is decided again (Limiter.afterLeases).
+//     That refusal keeps new leases of the key off until then, so the
+//     second decision is final. Checks that cross the limit together take
+//     what is left at once, one by one; only those beyond it wait.
 //
-// The budget a key loses (refused early, never allowed more): a lease held
-// by a replica that dies, or whose give-back reaches Redis more than
-// leasedRemembered after the grant (a process stalled that long), or whose
-// grant's reply was given up on; and a refusal decided at once instead of
-// after the leases, when its caller cannot wait for that (its deadline is
-// near). Each is at most maxLease, a hundredth of the hour, and only while
-// the key crosses its limit. Replicas from before leases (redis_rate's
-// script, the same state) refuse without waiting for the new ones' leases.
+// What a key can lose, refused early but never allowed more (each time at
+// most the leases outstanding, a hundredth of the hour per replica, and
+// only as the key crosses its limit):
+//   - a lease held by a replica that dies, or whose give-back reaches Redis
+//     later than leaseKept, or whose grant's reply was given up on;
+//   - a give-back that arrives after the lease was no longer remembered
+//     (a Redis slower than about 75 ms a round trip): the check waiting
+//     for it has been decided without it;
+//   - a refused check whose caller cannot wait for the leases and a second
+//     decision (its deadline near), or whose second decision does not
+//     answer before its caller's deadline: it keeps its refusal. A second
+//     decision Redis ran after its callers were answered spends their
+//     budget all the same.
+//
+// Replicas from before leases (redis_rate's script, the same state) refuse
+// without waiting for the new ones' leases.
 
 // Lease timings: a lease hands out its budget for leaseFor, and Redis
-// remembers a lease for leasedRemembered, which leaves its give-back
-// three times leaseFor to arrive. A refusal keeps leases off for three
+// remembers a lease of the key for leasedRemembered, which leaves its
+// give-back three times leaseFor (less the round trips) to arrive before a
+// refused check stops waiting for it. A refusal keeps leases off for three
 // times leasedRemembered (the refused marker): the wait for the leases
 // before it and the second decision fit in that.
 const (
@@ -56,7 +70,8 @@ const (
 func (l *Limiter) sizeLeases(perHour int) {
 	l.maxLease = min(perHour/100, maxLeaseCap)
 	l.reserve = perHour / 10
-	l.leaseFor, l.leasedRemembered = leaseFor, leasedRemembered
+	l.leaseFor, l.leasedRemembered, l.leaseKept = leaseFor, leasedRemembered, leaseKept
+	l.leaseIDs.prefix = strconv.FormatUint(rand.Uint64(), 36) + "."
 }
 
 // lease is budget of one key this process spent in Redis ahead of its
@@ -139,7 +154,8 @@ func (l *Limiter) leaseSize(key string, n int) int {
 
 // lend holds a lease of size for key, with remaining left in Redis after
 // it, until leaseFor has run; then gives back what was not handed out.
-func (l *Limiter) lend(key string, size, remaining int) {
+// id names the lease in Redis (spend).
+func (l *Limiter) lend(key string, size, remaining int, id string) {
 	le := &lease{left: size, remaining: remaining, size: size}
 	l.leases.Store(key, le)
 	time.AfterFunc(l.leaseFor, func() {
@@ -151,11 +167,11 @@ func (l *Limiter) lend(key string, size, remaining int) {
 			l.leases.CompareAndDelete(key, le) // the key has gone quiet
 		}
 		if unused > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), l.leasedRemembered)
+			ctx, cancel := context.WithTimeout(context.Background(), l.leaseKept)
 			defer cancel()
 			// Failing, the budget stays spent: the key is refused that
 			// much early, never allowed more.
-			_ = giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "leased")}, unused, l.burst, periodSeconds).Err()
+			_ = giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "lease:"+id)}, unused, l.burst, periodSeconds).Err()
 		}
 	})
 }
@@ -166,13 +182,20 @@ type spent struct {
 	remaining  int           // budget left after them
 	retryAfter time.Duration // refused: until the n fit
 	leased     time.Duration // refused: until every lease of the key has ended (0: none)
+	lease      string        // the lease's id, when one was granted
 }
 
 // spend spends n requests of key's budget, and a lease of extra more when
 // the budget left after it stays at least reserve.
 func (l *Limiter) spend(ctx context.Context, key string, n, extra int) (spent, error) {
-	v, err := gcra.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "leased"), markerKey(key, "refused")},
-		l.burst, periodSeconds, n, extra, l.reserve, l.leasedRemembered.Milliseconds(), 3*l.leasedRemembered.Milliseconds()).Slice()
+	var id string
+	if extra > 0 {
+		id = l.leaseIDs.prefix + strconv.FormatUint(l.leaseIDs.n.Add(1), 36)
+	}
+	v, err := gcra.Run(ctx, l.rdb,
+		[]string{redisKey(key), markerKey(key, "leased"), markerKey(key, "refused"), markerKey(key, "lease:"+id)},
+		l.burst, periodSeconds, n, extra, l.reserve, l.leasedRemembered.Milliseconds(),
+		3*l.leasedRemembered.Milliseconds(), l.leaseKept.Milliseconds()).Slice()
 	if err != nil {
 		return spent{}, err
 	}
@@ -183,9 +206,21 @@ func (l *Limiter) spend(ctx context.Context, key string, n, extra int) (spent, e
 	remaining, _ := v[1].(int64)
 	retry, _ := v[2].(int64)
 	leased, _ := v[3].(int64)
-	return spent{granted: int(granted), remaining: int(remaining),
+	return spent{granted: int(granted), remaining: int(remaining), lease: id,
 		retryAfter: time.Duration(retry) * time.Microsecond, leased: time.Duration(max(leased, 0)) * time.Millisecond}, nil
 }
+
+// leaseIDs names this process's leases: a random prefix and a counter.
+type leaseIDs struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+// leaseKept is how long Redis keeps a lease's own marker, within which its
+// give-back counts. A key's state, once spent, lives at least a second
+// (its expiry is in whole seconds), so it cannot have expired and started
+// afresh before its leases' give-backs.
+const leaseKept = time.Second
 
 // redisKey is key's GCRA state in Redis: redis_rate's key, so the budget
 // carries over from the replicas that ran it.
@@ -202,9 +237,12 @@ func markerKey(key, what string) string { return "{" + redisKey(key) + "}:" + wh
 // with whole arguments and a lease. A refusal keeps leases of the key off
 // for a while (the refused marker), so that checks refused once and
 // decided again after the leases before them (afterLeases) meet no lease
-// taken in between. KEYS: the state, the lease marker, the refused marker.
-// ARGV: burst (the hourly rate too), period (s), cost, lease, reserve,
-// the lease marker's life (ms), the refused marker's life (ms).
+// taken in between; it is set only by a refusal that will wait (a lease is
+// remembered), so a client far over its limit costs Redis no write.
+// KEYS: the state, the key's lease marker, the refused marker, this
+// lease's own marker (for its give-back). ARGV: burst (the hourly rate
+// too), period (s), cost, lease, reserve, the key's lease marker's life
+// (ms), the refused marker's life (ms), the lease's own marker's life (ms).
 // Reply: granted, remaining, retry after (µs), the lease marker's PTTL (ms)
 // when refused (-2: none).
 var gcra = redis.NewScript(`
@@ -224,8 +262,11 @@ end
 -- requests that fit now
 local fit = (now - tat) / interval + burst
 if fit < cost then
-  redis.call("SET", KEYS[3], 1, "PX", ARGV[7])
-  return {0, 0, math.ceil((cost - fit) * interval * 1000000), redis.call("PTTL", KEYS[2])}
+  local leased = redis.call("PTTL", KEYS[2])
+  if leased > 0 then
+    redis.call("SET", KEYS[3], 1, "PX", ARGV[7])
+  end
+  return {0, 0, math.ceil((cost - fit) * interval * 1000000), leased}
 end
 if extra > 0 and fit - cost - extra >= reserve and redis.call("EXISTS", KEYS[3]) == 0 then
   cost = cost + extra
@@ -234,6 +275,7 @@ if extra > 0 and fit - cost - extra >= reserve and redis.call("EXISTS", KEYS[3])
   if redis.call("PTTL", KEYS[2]) < tonumber(ARGV[6]) then
     redis.call("SET", KEYS[2], 1, "PX", ARGV[6])
   end
+  redis.call("SET", KEYS[4], 1, "PX", ARGV[8])
 end
 local new_tat = tat + cost * interval
 redis.call("SET", KEYS[1], new_tat, "EX", math.ceil(new_tat - now))
@@ -241,19 +283,19 @@ return {cost, math.floor(fit - cost), 0, 0}
 `)
 
 // giveBack returns a lease's unused budget: the state's arrival time moves
-// back by that many intervals, as if they had never been spent. Only while
-// Redis remembers the lease: a check refused since has waited for the
-// give-back that long (afterLeases), and a state that expired and started
-// afresh meanwhile (a process stalled for seconds) must not be credited
-// with budget it never spent. A give-back that comes later is lost: the
-// key is refused that much early, never allowed more. KEYS: the state, the
-// lease marker. ARGV: requests, rate, period (s).
+// back by that many intervals, as if they had never been spent. Once: it
+// deletes the lease's own marker, and counts only while that marker lives
+// (leaseKept), within which the state cannot have started afresh; a later
+// give-back is lost (the key refused that much early, never allowed more).
+// KEYS: the state, the lease's marker. ARGV: requests, rate, period (s).
 var giveBack = redis.NewScript(giveBackSrc)
 
 const giveBackSrc = `
-local tat = redis.call("GET", KEYS[1])
-if tat and redis.call("EXISTS", KEYS[2]) == 1 then
-  redis.call("SET", KEYS[1], tonumber(tat) - ARGV[1] * ARGV[3] / ARGV[2], "KEEPTTL")
+if redis.call("DEL", KEYS[2]) == 1 then
+  local tat = redis.call("GET", KEYS[1])
+  if tat then
+    redis.call("SET", KEYS[1], tonumber(tat) - ARGV[1] * ARGV[3] / ARGV[2], "KEEPTTL")
+  end
 end
 return 0
 `

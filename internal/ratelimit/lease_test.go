@@ -2,8 +2,14 @@ package ratelimit
 
 import (
 	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"paysvc/internal/payments"
 	"paysvc/internal/testenv"
@@ -22,7 +28,7 @@ func TestARefusalHeldForLeasesIsAnsweredInTime(t *testing.T) {
 	for _, remembered := range []time.Duration{50 * time.Millisecond, time.Second} {
 		key := payments.NewID("key_")
 		a := New(testenv.Redis(t), limit)
-		SetLeaseTimes(a, leaseFor, remembered)
+		SetLeaseTimes(a, leaseFor, remembered, leaseKept)
 		// a spends 1 and leases 10, and hands the lease out; the rest is
 		// spent check by check.
 		r, err := a.spend(ctx, key, 1, 10)
@@ -43,22 +49,27 @@ func TestARefusalHeldForLeasesIsAnsweredInTime(t *testing.T) {
 	}
 }
 
-// TestARefusalKeepsLeasesOff: once a key's check is refused, no lease of
-// its budget is granted for a while, though the budget left would allow
-// one: checks refused and decided again after the leases before them meet
-// no lease taken in between. After that while, leases are granted again.
+// TestARefusalKeepsLeasesOff: once a key's check is refused while a lease
+// of it is remembered, no lease of its budget is granted for a while,
+// though the budget left would allow one: checks refused and decided again
+// after the leases before them meet no lease taken in between. After that
+// while, leases are granted again.
 func TestARefusalKeepsLeasesOff(t *testing.T) {
 	t.Parallel()
 	const limit = 1000 // leases of up to 10, while 100 stay left
 	ctx := context.Background()
 	key := payments.NewID("key_")
 	l := New(testenv.Redis(t), limit)
-	SetLeaseTimes(l, leaseFor, 30*time.Millisecond) // refusals keep leases off for 90 ms
-	if r, err := l.spend(ctx, key, 850, 0); err != nil || r.granted != 850 {
-		t.Fatalf("spend 850: got %+v, %v", r, err)
+	SetLeaseTimes(l, leaseFor, 30*time.Millisecond, leaseKept) // refusals keep leases off for 90 ms
+	if r, err := l.spend(ctx, key, 1, 10); err != nil || r.granted != 11 {
+		t.Fatalf("spend 1 and a lease of 10: got %+v, %v", r, err)
 	}
-	if r, err := l.spend(ctx, key, 200, 0); err != nil || r.granted != 0 {
-		t.Fatalf("spend 200 of 150 left: got %+v, %v; want refused", r, err)
+	if r, err := l.spend(ctx, key, 839, 0); err != nil || r.granted != 839 {
+		t.Fatalf("spend 839: got %+v, %v", r, err)
+	}
+	// Refused while the lease is remembered: this refusal will wait.
+	if r, err := l.spend(ctx, key, 200, 0); err != nil || r.granted != 0 || r.leased <= 0 {
+		t.Fatalf("spend 200 of 150 left, a lease remembered: got %+v, %v; want refused with the lease's wait", r, err)
 	}
 	if r, err := l.spend(ctx, key, 1, 10); err != nil || r.granted != 1 {
 		t.Errorf("1 and a lease of 10 just after a refusal, 150 left: got %+v, %v; want 1 granted, no lease", r, err)
@@ -69,10 +80,11 @@ func TestARefusalKeepsLeasesOff(t *testing.T) {
 	}
 }
 
-// TestALateGiveBackIsDropped: a lease's give-back that reaches Redis after
-// Redis stopped remembering the lease is dropped. The key's state may have
-// expired and started afresh meanwhile (here: deleted), and must not be
-// credited with budget it never spent.
+// TestALateGiveBackIsDropped: a lease's give-back counts only while Redis
+// keeps that lease's own marker, within which the key's state cannot have
+// expired and started afresh; later it is dropped, though another lease of
+// the key is remembered then. A fresh state (here: the old one deleted)
+// must not be credited with budget it never spent.
 func TestALateGiveBackIsDropped(t *testing.T) {
 	t.Parallel()
 	const limit = 1000
@@ -80,12 +92,12 @@ func TestALateGiveBackIsDropped(t *testing.T) {
 	key := payments.NewID("key_")
 	rdb := testenv.Redis(t)
 	a := New(rdb, limit)
-	SetLeaseTimes(a, 300*time.Millisecond, 100*time.Millisecond) // given back 200 ms late
+	SetLeaseTimes(a, 300*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond) // given back 200 ms late
 	r, err := a.spend(ctx, key, 1, 10)
 	if err != nil || r.granted != 11 {
 		t.Fatalf("spend with a lease: got %+v, %v; want 11 granted", r, err)
 	}
-	a.lend(key, 10, r.remaining)
+	a.lend(key, 10, r.remaining, r.lease)
 	if err := rdb.Del(ctx, redisKey(key)).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -93,9 +105,139 @@ func TestALateGiveBackIsDropped(t *testing.T) {
 	if r, err := b.spend(ctx, key, 50, 0); err != nil || r.granted != 50 {
 		t.Fatalf("spend 50 afresh: got %+v, %v", r, err)
 	}
-	time.Sleep(500 * time.Millisecond) // a's lease ends and gives back 10
-	r, err = b.spend(ctx, key, 1, 0)
-	if want := limit - 51; err != nil || r.remaining != want {
-		t.Errorf("one more after the late give-back: got %+v, %v; want %d remaining", r, err, want)
+	time.Sleep(250 * time.Millisecond)
+	// b leases just before a's give-back: the key's lease is remembered
+	// when it comes. b's own give-back, in time, counts.
+	r, err = b.spend(ctx, key, 1, 10)
+	if err != nil || r.granted != 11 {
+		t.Fatalf("b's spend with a lease: got %+v, %v; want 11 granted", r, err)
 	}
+	b.lend(key, 10, r.remaining, r.lease)
+	time.Sleep(300 * time.Millisecond) // both leases end and give back 10
+	r, err = b.spend(ctx, key, 1, 0)
+	if want := limit - 52; err != nil || r.remaining != want {
+		t.Errorf("one more after both give-backs: got %+v, %v; want %d remaining (a's late 10 dropped, b's counted)", r, err, want)
+	}
+}
+
+// TestHeldRefusalsOnASlowRedis: on a Redis answering in 60 ms, through the
+// client options the API uses (go-redis then waits for a reply it has sent
+// for, whatever the context), a check refused while a lease is remembered
+// is still answered with its refusal before its caller's 150 ms run out,
+// never with the timeout its caller would let through.
+func TestHeldRefusalsOnASlowRedis(t *testing.T) {
+	t.Parallel()
+	const limit = 1000
+	ctx := context.Background()
+	key := payments.NewID("key_")
+	b := New(slowRedis(t, 60*time.Millisecond), limit)
+	a := New(testenv.Redis(t), limit)
+	SetLeaseTimes(a, leaseFor, 50*time.Millisecond, leaseKept)
+	if r, err := a.spend(ctx, key, 1, 10); err != nil || r.granted != 11 {
+		t.Fatalf("spend with a lease: got %+v, %v", r, err)
+	}
+	if r, err := a.spend(ctx, key, limit-11, 0); err != nil || r.granted != limit-11 {
+		t.Fatalf("spend the rest: got %+v, %v", r, err)
+	}
+	start := time.Now()
+	res, err := b.Start(ctx, key, 150*time.Millisecond).Wait()
+	if err != nil || res.Allowed {
+		t.Errorf("got %+v, %v after %v; want refused within 150 ms", res, err, time.Since(start))
+	}
+}
+
+// TestCrossingTheLimitWhileLeased: concurrent checks that cross the limit
+// while another replica holds a lease get the budget left in Redis at
+// once, whatever their deadline; only the checks beyond it wait for the
+// lease (or keep their refusal when their caller cannot wait).
+func TestCrossingTheLimitWhileLeased(t *testing.T) {
+	t.Parallel()
+	const limit = 1000
+	ctx := context.Background()
+	key := payments.NewID("key_")
+	a := New(testenv.Redis(t), limit)
+	SetLeaseTimes(a, leaseFor, time.Second, 2*time.Second) // remembered longer than b's callers wait
+	if r, err := a.spend(ctx, key, 1, 10); err != nil || r.granted != 11 {
+		t.Fatalf("spend with a lease: got %+v, %v", r, err)
+	}
+	if r, err := a.spend(ctx, key, limit-61, 0); err != nil || r.granted != limit-61 {
+		t.Fatalf("spend all but 50: got %+v, %v", r, err)
+	}
+	b := New(testenv.Redis(t), limit)
+	var allowed, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			res, err := b.Start(ctx, key, 150*time.Millisecond).Wait()
+			switch {
+			case err != nil:
+				t.Error(err)
+			case res.Allowed:
+				allowed.Add(1)
+			default:
+				refused.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if allowed.Load() != 50 || refused.Load() != 50 {
+		t.Errorf("100 checks with 50 left in Redis: got %d allowed, %d refused; want 50 and 50", allowed.Load(), refused.Load())
+	}
+}
+
+// slowRedis is a client of the test Redis through a relay that holds every
+// reply for delay, with the options the API's client has.
+func slowRedis(t *testing.T, delay time.Duration) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	upstream := opt.Addr
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				return
+			}
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						time.Sleep(delay)
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	opt.Addr = ln.Addr().String()
+	opt.PoolSize, opt.MinIdleConns = 4, 4
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	// Connected ahead: a connection's handshake would take several delays.
+	for range 4 {
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
 }

@@ -30,8 +30,10 @@ type Limiter struct {
 	// leases holds, per key, this process's latest lease of its budget
 	// (lease.go).
 	leases                     sync.Map // key → *lease
+	leaseIDs                   leaseIDs
 	maxLease, reserve          int
 	leaseFor, leasedRemembered time.Duration
+	leaseKept                  time.Duration
 }
 
 // New returns a limiter of perHour requests per key. The burst equals the
@@ -162,11 +164,10 @@ func (l *Limiter) coalesce(checks []*check) {
 // nothing. The call may take a lease for the checks to come as well
 // (leaseSize); it is granted only with the budget well above it.
 //
-// Refused while another process may hold a lease of the key's budget, the
-// checks are decided again once every such lease has been used or given
-// back (afterLeases): a check is refused only when the budget is spent.
-// g, when coalesce decides several keys at once, gathers the call of cost
-// n with theirs.
+// Refused, none of them fitting, while another process may hold a lease of
+// the key's budget, the checks are decided again once every such lease
+// has been used or given back (afterLeases). g, when coalesce decides
+// several keys at once, gathers the call of cost n with theirs.
 func (l *Limiter) decide(cs []*check, g *gathering) {
 	n, key := len(cs), cs[0].In
 	ctx, cancel := groupcommit.PatientContext(cs)
@@ -181,59 +182,63 @@ func (l *Limiter) decide(cs []*check, g *gathering) {
 		for _, c := range cs {
 			c.Answer(Result{}, err)
 		}
-	case res.granted == 0 && res.leased > 0:
+	case res.granted == 0 && res.leased > 0 && (n == 1 || l.firstWaits(n, res) > time.Millisecond):
 		go l.afterLeases(cs, res)
 	default:
 		l.settle(cs, res, func(c *check) (context.Context, context.CancelFunc) {
 			return c.Ctx(), func() {}
-		}, nil)
+		}, func(i int, r Result, err error) { cs[i].Answer(r, err) }, nil)
 	}
 }
 
-// settle answers the checks of one key from the reply to their call of
-// cost n. Allowed, each is answered (and a lease beyond them lent).
-// Refused, the reply's RetryAfter tells how many of the n would have
-// fitted one by one: none when even the first would still wait (the call
-// of cost n waits n-1 intervals longer than the first call of cost 1
+// settle answers (answer) the checks of one key from the reply to their
+// call of cost n. Allowed, each is answered (and a lease beyond them
+// lent). Refused, the reply's RetryAfter tells how many of the n would
+// have fitted one by one: none when even the first would still wait (the
+// call of cost n waits n-1 intervals longer than the first call of cost 1
 // would), and then every check is refused with the first one's wait.
 // Otherwise some but not all fit, as when a key crosses its limit, and
 // each check is decided alone, with a call of cost 1 of its own (through
-// the batcher's queue) under ctxOf's context. held, when the checks were
+// the batcher's queue) under ctxOf's context; one refused while a lease of
+// the key is remembered goes to afterLeases. held, when the checks were
 // refused once already (afterLeases), answers a check whose own call
-// fails: it keeps its refusal.
-func (l *Limiter) settle(cs []*check, res spent, ctxOf func(*check) (context.Context, context.CancelFunc), held *Result) {
+// fails: it keeps its refusal, and a second refusal is final.
+func (l *Limiter) settle(cs []*check, res spent, ctxOf func(*check) (context.Context, context.CancelFunc),
+	answer func(int, Result, error), held *Result) {
 	n, key := len(cs), cs[0].In
 	if res.granted > 0 {
 		if res.granted > n {
-			l.lend(key, res.granted-n, res.remaining)
+			l.lend(key, res.granted-n, res.remaining, res.lease)
 		}
-		for i, c := range cs {
-			c.Answer(Result{Allowed: true, Limit: l.burst, Remaining: res.remaining + res.granted - 1 - i}, nil)
+		for i := range cs {
+			answer(i, Result{Allowed: true, Limit: l.burst, Remaining: res.remaining + res.granted - 1 - i}, nil)
 		}
 		return
 	}
 	// The margin keeps a float rounding at the boundary on the exact path.
 	if firstWaits := l.firstWaits(n, res); n == 1 || firstWaits > time.Millisecond {
-		for _, c := range cs {
-			c.Answer(Result{Limit: l.burst, RetryAfter: firstWaits}, nil)
+		for i := range cs {
+			answer(i, Result{Limit: l.burst, RetryAfter: firstWaits}, nil)
 		}
 		return
 	}
 	var wg sync.WaitGroup
-	for _, c := range cs {
+	for i, c := range cs {
 		wg.Go(func() {
 			ctx, cancel := ctxOf(c)
 			defer cancel()
 			res, err := l.spend(ctx, key, 1, 0)
 			switch {
 			case err != nil && held != nil:
-				c.Answer(*held, nil)
+				answer(i, *held, nil)
 			case err != nil:
-				c.Answer(Result{}, err)
+				answer(i, Result{}, err)
 			case res.granted > 0:
-				c.Answer(Result{Allowed: true, Limit: l.burst, Remaining: res.remaining}, nil)
+				answer(i, Result{Allowed: true, Limit: l.burst, Remaining: res.remaining}, nil)
+			case res.leased > 0 && held == nil:
+				go l.afterLeases(cs[i:i+1], res)
 			default:
-				c.Answer(Result{Limit: l.burst, RetryAfter: res.retryAfter}, nil)
+				answer(i, Result{Limit: l.burst, RetryAfter: res.retryAfter}, nil)
 			}
 		})
 	}
@@ -250,14 +255,16 @@ func (l *Limiter) firstWaits(n int, res spent) time.Duration {
 // taken so far has ended and been given back (refused.leased from now),
 // on a goroutine of its own: the queue's other keys do not wait behind it.
 // No lease of the key is granted meanwhile (the refusal keeps them off for
-// refusedRemembered), so a second refusal is final.
+// three times leasedRemembered), so a second refusal is final.
 //
 // A check is never held past what its caller waits for: its caller would
 // take a check out of time for a Redis that is down, and let its request
 // through. One whose deadline leaves no room for the wait and a second
-// call (retryBudget) keeps its refusal now, and the second call is given
-// up in time for the others to hear its answer, the refusal again if it
-// fails.
+// call (retryBudget) keeps its refusal now; the others are answered with
+// their refusal answerMargin before their deadline if the second decision
+// has not answered them by then. A Redis call on the caller's goroutine
+// waits for its reply whatever its context says (go-redis reads it until
+// its ReadTimeout), so only such a timer bounds the wait.
 func (l *Limiter) afterLeases(cs []*check, refused spent) {
 	held := Result{Limit: l.burst, RetryAfter: max(l.firstWaits(len(cs), refused), time.Millisecond)}
 	latest := time.Now().Add(refused.leased + retryBudget)
@@ -272,6 +279,16 @@ func (l *Limiter) afterLeases(cs []*check, refused spent) {
 	if len(waiting) == 0 {
 		return
 	}
+	once := make([]sync.Once, len(waiting))
+	answer := func(i int, r Result, err error) {
+		once[i].Do(func() { waiting[i].Answer(r, err) })
+	}
+	for i, c := range waiting {
+		if d, ok := c.Ctx().Deadline(); ok {
+			t := time.AfterFunc(time.Until(d)-answerMargin, func() { answer(i, held, nil) })
+			defer t.Stop()
+		}
+	}
 	ctx, cancel := groupcommit.PatientContext(waiting)
 	defer cancel()
 	wait := time.NewTimer(refused.leased)
@@ -279,51 +296,29 @@ func (l *Limiter) afterLeases(cs []*check, refused spent) {
 	select {
 	case <-wait.C:
 	case <-ctx.Done():
-		for _, c := range waiting {
-			c.Answer(held, nil)
+		for i := range waiting {
+			answer(i, held, nil)
 		}
 		return
 	}
-	// Each call is given up answerMargin before its callers stop waiting
-	// (every one waits at least retryBudget more from here).
-	retry, cancelRetry := ctx, context.CancelFunc(func() {})
-	if d, ok := earliestDeadline(waiting); ok {
-		retry, cancelRetry = context.WithDeadline(ctx, d.Add(-answerMargin))
-	}
-	defer cancelRetry()
-	res, err := l.spend(retry, waiting[0].In, len(waiting), 0)
+	res, err := l.spend(ctx, waiting[0].In, len(waiting), 0)
 	if err != nil {
-		for _, c := range waiting {
-			c.Answer(held, nil)
+		for i := range waiting {
+			answer(i, held, nil)
 		}
 		return
 	}
 	l.settle(waiting, res, func(c *check) (context.Context, context.CancelFunc) {
-		if d, ok := c.Ctx().Deadline(); ok {
-			return context.WithDeadline(c.Ctx(), d.Add(-answerMargin))
-		}
 		return context.WithCancel(c.Ctx())
-	}, &held)
-}
-
-// earliestDeadline is the first of the checks' deadlines, if any has one.
-func earliestDeadline(cs []*check) (time.Time, bool) {
-	var first time.Time
-	for _, c := range cs {
-		if d, ok := c.Ctx().Deadline(); ok && (first.IsZero() || d.Before(first)) {
-			first = d
-		}
-	}
-	return first, !first.IsZero()
+	}, answer, &held)
 }
 
 // A refusal held for leases (afterLeases) is decided again only if its
-// caller waits retryBudget more after the wait; each call of the second
-// decision is given up answerMargin before its callers stop waiting, for
-// its answer to reach them.
+// caller waits retryBudget more after the wait, and is answered
+// answerMargin before its caller stops waiting, for the answer to reach it.
 const (
-	retryBudget  = 30 * time.Millisecond
-	answerMargin = 5 * time.Millisecond
+	retryBudget  = 40 * time.Millisecond
+	answerMargin = 20 * time.Millisecond
 )
 
 // Window allows n events per key per period (sign-in attempts): GCRA

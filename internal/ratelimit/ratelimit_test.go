@@ -373,7 +373,7 @@ func TestLeaseDecidesWithoutRedis(t *testing.T) {
 	calls := &scriptCalls{}
 	rdb.AddHook(calls)
 	l := ratelimit.New(rdb, limit)
-	ratelimit.SetLeaseTimes(l, 200*time.Millisecond, time.Second)
+	ratelimit.SetLeaseTimes(l, 200*time.Millisecond, time.Second, 2*time.Second)
 	key := payments.NewID("key_")
 	ctx := context.Background()
 	for _, res := range checkAtOnce(t, l, key, 50) {
@@ -424,7 +424,7 @@ func TestALeaseHeldElsewhereIsWaitedFor(t *testing.T) {
 	t.Parallel()
 	const limit = 1000 // leases of up to 10, while 100 stay left
 	a, b := ratelimit.New(testenv.Redis(t), limit), ratelimit.New(testenv.Redis(t), limit)
-	ratelimit.SetLeaseTimes(a, time.Second, 1500*time.Millisecond)
+	ratelimit.SetLeaseTimes(a, time.Second, 1500*time.Millisecond, 3*time.Second)
 	key := payments.NewID("key_")
 	ctx := context.Background()
 	allowed := 0
