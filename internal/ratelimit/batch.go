@@ -11,9 +11,9 @@ import (
 
 // batcher is the Redis client the limiter runs its GCRA scripts through: the
 // EVALSHAs of concurrent checks travel together, as one pipeline in one
-// round trip. Different keys decided at once are gathered (gathering); the
-// one-by-one checks of a key near its limit queue while the previous
-// pipeline is in Redis. Each EVALSHA still runs alone and atomically in
+// round trip. Different keys decided at once are gathered (gathering);
+// checks decided again after leases, and leases' give-backs, queue while
+// the previous pipeline is in Redis. Each EVALSHA still runs alone and atomically in
 // Redis, in arrival order; only the round trips and their system calls are
 // shared.
 //

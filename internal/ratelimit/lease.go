@@ -20,26 +20,29 @@ import (
 //
 // A key is never allowed more than its budget: nothing is handed out that
 // Redis did not grant, and a give-back returns only what was not handed
-// out, once, and only while Redis keeps that lease's own marker
-// (leaseKept), within which the key's state cannot have started afresh.
+// out and GCRA has not refilled meanwhile (giveBack), once, and only while
+// Redis keeps that lease's own marker (leaseKept).
 //
-// A check is refused only when the budget is spent, across replicas:
+// A check is refused only when the budget is spent, across replicas, but
+// for the losses below:
 //   - A lease is granted only while the budget left after it is at least
-//     reserve, a tenth of the hour. Near its limit a key is decided check
-//     by check, as without leases.
+//     reserve, a tenth of the hour. Near its limit a key is decided by
+//     calls of the checks at hand only, as without leases.
 //   - Redis remembers for leasedRemembered that a key's budget was leased.
 //     A check that does not fit meanwhile may not fit only because another
 //     replica holds unused budget: it waits until every such lease has
 //     ended and been given back, and is decided again (Limiter.afterLeases).
 //     That refusal keeps new leases of the key off until then, so the
 //     second decision is final. Checks that cross the limit together take
-//     what is left at once, one by one; only those beyond it wait.
+//     what is left at once; only those beyond it wait.
 //
 // What a key can lose, refused early but never allowed more (each time at
 // most the leases outstanding, a hundredth of the hour per replica, and
 // only as the key crosses its limit):
 //   - a lease held by a replica that dies, or whose give-back reaches Redis
 //     later than leaseKept, or whose grant's reply was given up on;
+//   - with requests spent since its grant, the one slot of a lease the
+//     clock is in when it is given back (giveBack);
 //   - a give-back that arrives after the lease was no longer remembered
 //     (a Redis slower than about 75 ms a round trip): the check waiting
 //     for it has been decided without it;
@@ -171,29 +174,31 @@ func (l *Limiter) lend(key string, size, remaining int, id string) {
 			defer cancel()
 			// Failing, the budget stays spent: the key is refused that
 			// much early, never allowed more.
-			_ = giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "lease:"+id)}, unused, l.burst, periodSeconds).Err()
+			_ = giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "lease:"+id), markerKey(key, "credits")},
+				unused, l.burst, periodSeconds, l.leaseKept.Milliseconds()).Err()
 		}
 	})
 }
 
 // spent is the reply of one GCRA call (spend).
 type spent struct {
-	granted    int           // requests allowed: 0, n, or n plus a lease
+	granted    int           // requests allowed: those of the n that fit, or n plus a lease
 	remaining  int           // budget left after them
-	retryAfter time.Duration // refused: until the n fit
-	leased     time.Duration // refused: until every lease of the key has ended (0: none)
+	retryAfter time.Duration // some refused: until the first of them fits
+	leased     time.Duration // some refused: until every lease of the key has ended (0: none)
 	lease      string        // the lease's id, when one was granted
 }
 
-// spend spends n requests of key's budget, and a lease of extra more when
-// the budget left after it stays at least reserve.
+// spend spends as many of n requests of key's budget as fit, and a lease
+// of extra more when all fit and the budget left after it stays at least
+// reserve.
 func (l *Limiter) spend(ctx context.Context, key string, n, extra int) (spent, error) {
 	var id string
 	if extra > 0 {
 		id = l.leaseIDs.prefix + strconv.FormatUint(l.leaseIDs.n.Add(1), 36)
 	}
 	v, err := gcra.Run(ctx, l.rdb,
-		[]string{redisKey(key), markerKey(key, "leased"), markerKey(key, "refused"), markerKey(key, "lease:"+id)},
+		[]string{redisKey(key), markerKey(key, "leased"), markerKey(key, "refused"), markerKey(key, "lease:"+id), markerKey(key, "credits")},
 		l.burst, periodSeconds, n, extra, l.reserve, l.leasedRemembered.Milliseconds(),
 		3*l.leasedRemembered.Milliseconds(), l.leaseKept.Milliseconds()).Slice()
 	if err != nil {
@@ -234,17 +239,22 @@ func markerKey(key, what string) string { return "{" + redisKey(key) + "}:" + wh
 
 // gcra is redis_rate's GCRA (its allowN script: the state is the
 // theoretical arrival time, in seconds since 2017, under the same key),
-// with whole arguments and a lease. A refusal keeps leases of the key off
-// for a while (the refused marker), so that checks refused once and
+// with whole arguments, as many of the cost granted as fit (a call of
+// cost 1 each at this instant would pass for exactly those), and a lease.
+//
+// A refusal while a lease of the key is remembered keeps new leases off
+// for a while (the refused marker), so that checks refused then and
 // decided again after the leases before them (afterLeases) meet no lease
-// taken in between; it is set only by a refusal that will wait (a lease is
-// remembered), so a client far over its limit costs Redis no write.
+// taken in between; a refusal with no lease remembered writes nothing. A
+// lease's own marker holds where its slots end (the state right after its
+// grant) and the key's give-back tally then, for its give-back.
+//
 // KEYS: the state, the key's lease marker, the refused marker, this
-// lease's own marker (for its give-back). ARGV: burst (the hourly rate
+// lease's own marker, the give-back tally. ARGV: burst (the hourly rate
 // too), period (s), cost, lease, reserve, the key's lease marker's life
 // (ms), the refused marker's life (ms), the lease's own marker's life (ms).
-// Reply: granted, remaining, retry after (µs), the lease marker's PTTL (ms)
-// when refused (-2: none).
+// Reply: granted, remaining, retry after (µs) and the key's lease marker's
+// PTTL (ms; -2: none) when some were refused.
 var gcra = redis.NewScript(`
 redis.replicate_commands()
 local burst = tonumber(ARGV[1])
@@ -261,43 +271,90 @@ if tat < now then
 end
 -- requests that fit now
 local fit = (now - tat) / interval + burst
+local granted = cost
 if fit < cost then
-  local leased = redis.call("PTTL", KEYS[2])
+  granted = math.max(math.floor(fit), 0)
+end
+local leased = 0
+if granted < cost then
+  leased = redis.call("PTTL", KEYS[2])
   if leased > 0 then
     redis.call("SET", KEYS[3], 1, "PX", ARGV[7])
   end
-  return {0, 0, math.ceil((cost - fit) * interval * 1000000), leased}
-end
-if extra > 0 and fit - cost - extra >= reserve and redis.call("EXISTS", KEYS[3]) == 0 then
-  cost = cost + extra
+elseif extra > 0 and fit - cost - extra >= reserve and redis.call("EXISTS", KEYS[3]) == 0 then
+  granted = cost + extra
   -- never shorter than a lease before it (another replica's, maybe
   -- remembered longer)
   if redis.call("PTTL", KEYS[2]) < tonumber(ARGV[6]) then
     redis.call("SET", KEYS[2], 1, "PX", ARGV[6])
   end
-  redis.call("SET", KEYS[4], 1, "PX", ARGV[8])
 end
-local new_tat = tat + cost * interval
-redis.call("SET", KEYS[1], new_tat, "EX", math.ceil(new_tat - now))
-return {cost, math.floor(fit - cost), 0, 0}
+local new_tat = tat + granted * interval
+if granted > 0 then
+  redis.call("SET", KEYS[1], new_tat, "EX", math.ceil(new_tat - now))
+end
+if granted > cost then
+  local tally = tonumber(redis.call("GET", KEYS[5]) or "0")
+  redis.call("SET", KEYS[4], string.format("%.9f %d", new_tat, tally), "PX", ARGV[8])
+  if tally > 0 then
+    redis.call("PEXPIRE", KEYS[5], 2 * tonumber(ARGV[8]))
+  end
+end
+local retry = 0
+if granted < cost then
+  retry = math.ceil((granted + 1 - fit) * interval * 1000000)
+end
+return {granted, math.max(math.floor(fit - granted), 0), retry, leased}
 `)
 
 // giveBack returns a lease's unused budget: the state's arrival time moves
-// back by that many intervals, as if they had never been spent. Once: it
-// deletes the lease's own marker, and counts only while that marker lives
-// (leaseKept), within which the state cannot have started afresh; a later
-// give-back is lost (the key refused that much early, never allowed more).
-// KEYS: the state, the lease's marker. ARGV: requests, rate, period (s).
+// back by that many intervals, as if they had never been spent. When
+// requests were spent since the grant, only the part GCRA has not refilled
+// yet: the unused requests are the lease's last slots, which end where its
+// own marker says, earlier by what leases gave back since its grant (the
+// tally's growth; counting later leases' too only gives back less). Slots
+// behind the clock have refilled (the bucket was full at its burst when
+// those requests were spent): giving them back would allow more than the
+// budget. The slot the clock is in is not given back either: a key may
+// lose that one, never gain it. Once: it deletes the lease's own marker, and
+// counts only while that marker lives (leaseKept); a later give-back is
+// lost (the key refused that much early, never allowed more). KEYS: the
+// state, the lease's own marker, the give-back tally. ARGV: requests,
+// rate, period (s), the marker's life (ms; the tally lives twice that).
 var giveBack = redis.NewScript(giveBackSrc)
 
 const giveBackSrc = `
-if redis.call("DEL", KEYS[2]) == 1 then
-  local tat = redis.call("GET", KEYS[1])
-  if tat then
-    redis.call("SET", KEYS[1], tonumber(tat) - ARGV[1] * ARGV[3] / ARGV[2], "KEEPTTL")
-  end
+redis.replicate_commands()
+local lease = redis.call("GET", KEYS[2])
+if not lease then
+  return 0
 end
-return 0
+redis.call("DEL", KEYS[2])
+local ends, tally = string.match(lease, "^(%S+) (%S+)$")
+local interval = tonumber(ARGV[3]) / tonumber(ARGV[2])
+local given = tonumber(redis.call("GET", KEYS[3]) or "0") - tonumber(tally)
+if given < 0 then
+  -- the tally started afresh: what moved since is not known
+  return 0
+end
+local tat = tonumber(redis.call("GET", KEYS[1]) or "0")
+ends = tonumber(ends) - given * interval
+local back = tonumber(ARGV[1])
+if tat > ends + interval / 2 then
+  -- spent since the grant: only the slots still ahead of the clock
+  local now = redis.call("TIME")
+  now = (now[1] - 1483228800) + (now[2] / 1000000)
+  back = math.min(back, math.floor((ends - now) / interval))
+end
+-- (nothing spent since: the unused go back whole; a state behind the
+-- clock reads as a full bucket, as it would have without the lease)
+if back <= 0 or tat == 0 then
+  return 0
+end
+redis.call("SET", KEYS[1], tat - back * interval, "KEEPTTL")
+redis.call("INCRBY", KEYS[3], back)
+redis.call("PEXPIRE", KEYS[3], 2 * tonumber(ARGV[4]))
+return back
 `
 
 // periodSeconds is the limit's period: an hour.

@@ -51,32 +51,42 @@ func TestARefusalHeldForLeasesIsAnsweredInTime(t *testing.T) {
 
 // TestARefusalKeepsLeasesOff: once a key's check is refused while a lease
 // of it is remembered, no lease of its budget is granted for a while,
-// though the budget left would allow one: checks refused and decided again
+// though budget has come back meanwhile (here: the state moved back, as
+// other replicas' give-backs would): checks refused and decided again
 // after the leases before them meet no lease taken in between. After that
 // while, leases are granted again.
 func TestARefusalKeepsLeasesOff(t *testing.T) {
 	t.Parallel()
-	const limit = 1000 // leases of up to 10, while 100 stay left
+	const limit = 1000
 	ctx := context.Background()
 	key := payments.NewID("key_")
-	l := New(testenv.Redis(t), limit)
+	rdb := testenv.Redis(t)
+	l := New(rdb, limit)
+	l.reserve = 0                                              // leases whatever is left
 	SetLeaseTimes(l, leaseFor, 30*time.Millisecond, leaseKept) // refusals keep leases off for 90 ms
 	if r, err := l.spend(ctx, key, 1, 10); err != nil || r.granted != 11 {
 		t.Fatalf("spend 1 and a lease of 10: got %+v, %v", r, err)
 	}
-	if r, err := l.spend(ctx, key, 839, 0); err != nil || r.granted != 839 {
-		t.Fatalf("spend 839: got %+v, %v", r, err)
+	if r, err := l.spend(ctx, key, limit-12, 0); err != nil || r.granted != limit-12 {
+		t.Fatalf("spend all but 1: got %+v, %v", r, err)
 	}
-	// Refused while the lease is remembered: this refusal will wait.
-	if r, err := l.spend(ctx, key, 200, 0); err != nil || r.granted != 0 || r.leased <= 0 {
-		t.Fatalf("spend 200 of 150 left, a lease remembered: got %+v, %v; want refused with the lease's wait", r, err)
+	// Crossing while the lease is remembered: 1 of 2 fits, the other waits.
+	if r, err := l.spend(ctx, key, 2, 0); err != nil || r.granted != 1 || r.leased <= 0 {
+		t.Fatalf("spend 2 of 1 left, a lease remembered: got %+v, %v; want 1 granted and the lease's wait", r, err)
+	}
+	tat, err := rdb.Get(ctx, redisKey(key)).Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, redisKey(key), tat-50*3.6, redis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
 	}
 	if r, err := l.spend(ctx, key, 1, 10); err != nil || r.granted != 1 {
-		t.Errorf("1 and a lease of 10 just after a refusal, 150 left: got %+v, %v; want 1 granted, no lease", r, err)
+		t.Errorf("1 and a lease of 10 just after a refusal, 50 back: got %+v, %v; want 1 granted, no lease", r, err)
 	}
 	time.Sleep(150 * time.Millisecond)
 	if r, err := l.spend(ctx, key, 1, 10); err != nil || r.granted != 11 {
-		t.Errorf("1 and a lease of 10 after the refusal's while, 149 left: got %+v, %v; want 11 granted", r, err)
+		t.Errorf("1 and a lease of 10 after the refusal's while, 49 left: got %+v, %v; want 11 granted", r, err)
 	}
 }
 
@@ -240,4 +250,38 @@ func slowRedis(t *testing.T, delay time.Duration) *redis.Client {
 		}
 	}
 	return c
+}
+
+// TestAGiveBackReturnsOnlyWhatHasNotRefilled: a lease's unused budget that
+// GCRA has refilled by its give-back (its slots behind the clock, and
+// requests spent since) is not given back: the bucket was full at its
+// burst when they were spent, and crediting it would allow more than the
+// budget. The give-back leaves the state as it found it.
+func TestAGiveBackReturnsOnlyWhatHasNotRefilled(t *testing.T) {
+	t.Parallel()
+	const limit = 36_000_000 // one request refills in 0.1 ms
+	ctx := context.Background()
+	key := payments.NewID("key_")
+	rdb := testenv.Redis(t)
+	a := New(rdb, limit)
+	r, err := a.spend(ctx, key, 1, 100)
+	if err != nil || r.granted != 101 {
+		t.Fatalf("spend 1 and a lease of 100: got %+v, %v", r, err)
+	}
+	a.lend(key, 100, r.remaining, r.lease) // ends in 25 ms, unused
+	time.Sleep(15 * time.Millisecond)      // the lease's 10.1 ms of budget refill
+	if r, err := New(testenv.Redis(t), limit).spend(ctx, key, 5000, 0); err != nil || r.granted != 5000 {
+		t.Fatalf("spend 5000: got %+v, %v", r, err)
+	}
+	before, err := rdb.Get(ctx, redisKey(key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond) // a's lease ends and gives back
+	if n, err := rdb.Exists(ctx, markerKey(key, "lease:"+r.lease)).Result(); err != nil || n != 0 {
+		t.Fatalf("the lease's marker after its end: %d, %v; want gone (given back)", n, err)
+	}
+	if after, err := rdb.Get(ctx, redisKey(key)).Result(); err != nil || after != before {
+		t.Errorf("state after the give-back: %s, %v; want %s as before (nothing to give back)", after, err, before)
+	}
 }

@@ -158,16 +158,17 @@ func (l *Limiter) coalesce(checks []*check) {
 }
 
 // decide spends the budget of n concurrent checks of one key with one GCRA
-// call of cost n, which is exact (to GCRA's float rounding, well under
-// Redis's microsecond clock): n calls of cost 1 at one instant all pass
-// exactly when one of cost n passes, and when it is refused it spends
-// nothing. The call may take a lease for the checks to come as well
-// (leaseSize); it is granted only with the budget well above it.
+// call, which allows as many of them as fit (all n, or the k that fit as
+// a key crosses its limit): exact, since k calls of cost 1 at one instant
+// pass exactly when one of cost k does (to GCRA's float rounding, well
+// under Redis's microsecond clock). The call may take a lease for the
+// checks to come as well (leaseSize); it is granted only with the budget
+// well above it.
 //
-// Refused, none of them fitting, while another process may hold a lease of
-// the key's budget, the checks are decided again once every such lease
-// has been used or given back (afterLeases). g, when coalesce decides
-// several keys at once, gathers the call of cost n with theirs.
+// The checks that do not fit while another process may hold a lease of
+// the key's budget are decided again once every such lease has been used
+// or given back (afterLeases); the others are refused. g, when coalesce
+// decides several keys at once, gathers the call with theirs.
 func (l *Limiter) decide(cs []*check, g *gathering) {
 	n, key := len(cs), cs[0].In
 	ctx, cancel := groupcommit.PatientContext(cs)
@@ -177,85 +178,45 @@ func (l *Limiter) decide(cs []*check, g *gathering) {
 		gctx = g.under(ctx)
 	}
 	res, err := l.spend(gctx, key, n, l.leaseSize(key, n))
-	switch {
-	case err != nil:
+	if err != nil {
 		for _, c := range cs {
 			c.Answer(Result{}, err)
 		}
-	case res.granted == 0 && res.leased > 0 && (n == 1 || l.firstWaits(n, res) > time.Millisecond):
-		go l.afterLeases(cs, res)
-	default:
-		l.settle(cs, res, func(c *check) (context.Context, context.CancelFunc) {
-			return c.Ctx(), func() {}
-		}, func(i int, r Result, err error) { cs[i].Answer(r, err) }, nil)
-	}
-}
-
-// settle answers (answer) the checks of one key from the reply to their
-// call of cost n. Allowed, each is answered (and a lease beyond them
-// lent). Refused, the reply's RetryAfter tells how many of the n would
-// have fitted one by one: none when even the first would still wait (the
-// call of cost n waits n-1 intervals longer than the first call of cost 1
-// would), and then every check is refused with the first one's wait.
-// Otherwise some but not all fit, as when a key crosses its limit, and
-// each check is decided alone, with a call of cost 1 of its own (through
-// the batcher's queue) under ctxOf's context; one refused while a lease of
-// the key is remembered goes to afterLeases. held, when the checks were
-// refused once already (afterLeases), answers a check whose own call
-// fails: it keeps its refusal, and a second refusal is final.
-func (l *Limiter) settle(cs []*check, res spent, ctxOf func(*check) (context.Context, context.CancelFunc),
-	answer func(int, Result, error), held *Result) {
-	n, key := len(cs), cs[0].In
-	if res.granted > 0 {
-		if res.granted > n {
-			l.lend(key, res.granted-n, res.remaining, res.lease)
-		}
-		for i := range cs {
-			answer(i, Result{Allowed: true, Limit: l.burst, Remaining: res.remaining + res.granted - 1 - i}, nil)
-		}
 		return
 	}
-	// The margin keeps a float rounding at the boundary on the exact path.
-	if firstWaits := l.firstWaits(n, res); n == 1 || firstWaits > time.Millisecond {
-		for i := range cs {
-			answer(i, Result{Limit: l.burst, RetryAfter: firstWaits}, nil)
-		}
+	answer := func(i int, r Result, err error) { cs[i].Answer(r, err) }
+	refused := l.allow(cs, res, answer)
+	if len(refused) == 0 {
 		return
 	}
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Go(func() {
-			ctx, cancel := ctxOf(c)
-			defer cancel()
-			res, err := l.spend(ctx, key, 1, 0)
-			switch {
-			case err != nil && held != nil:
-				answer(i, *held, nil)
-			case err != nil:
-				answer(i, Result{}, err)
-			case res.granted > 0:
-				answer(i, Result{Allowed: true, Limit: l.burst, Remaining: res.remaining}, nil)
-			case res.leased > 0 && held == nil:
-				go l.afterLeases(cs[i:i+1], res)
-			default:
-				answer(i, Result{Limit: l.burst, RetryAfter: res.retryAfter}, nil)
-			}
-		})
+	if res.leased > 0 {
+		go l.afterLeases(refused, res)
+		return
 	}
-	wg.Wait()
+	for i := n - len(refused); i < n; i++ {
+		answer(i, Result{Limit: l.burst, RetryAfter: res.retryAfter}, nil)
+	}
 }
 
-// firstWaits is how long the first of n checks refused together (res)
-// would wait alone.
-func (l *Limiter) firstWaits(n int, res spent) time.Duration {
-	return res.retryAfter - time.Duration(n-1)*l.interval
+// allow answers the checks res allowed, the first of cs (and lends the
+// lease beyond them), and returns the rest, unanswered.
+func (l *Limiter) allow(cs []*check, res spent, answer func(int, Result, error)) []*check {
+	n := min(res.granted, len(cs))
+	if res.granted > n {
+		l.lend(cs[0].In, res.granted-n, res.remaining, res.lease)
+	}
+	for i := range n {
+		answer(i, Result{Allowed: true, Limit: l.burst, Remaining: res.remaining + res.granted - 1 - i}, nil)
+	}
+	return cs[n:]
 }
 
-// afterLeases decides refused checks again once every lease of their key
-// taken so far has ended and been given back (refused.leased from now),
-// on a goroutine of its own: the queue's other keys do not wait behind it.
-// No lease of the key is granted meanwhile (the refusal keeps them off for
-// three times leasedRemembered), so a second refusal is final.
+// afterLeases decides refused checks again once Redis no longer remembers
+// a lease of their key (refused.leased from now): every lease taken so far
+// has then ended and been given back. It runs on a goroutine of its own:
+// the queue's other keys do not wait behind it. No lease of the key is
+// granted meanwhile (the refusal keeps them off for three times
+// leasedRemembered), so a second refusal is final.
 //
 // A check is never held past what its caller waits for: its caller would
 // take a check out of time for a Redis that is down, and let its request
@@ -266,7 +227,7 @@ func (l *Limiter) firstWaits(n int, res spent) time.Duration {
 // waits for its reply whatever its context says (go-redis reads it until
 // its ReadTimeout), so only such a timer bounds the wait.
 func (l *Limiter) afterLeases(cs []*check, refused spent) {
-	held := Result{Limit: l.burst, RetryAfter: max(l.firstWaits(len(cs), refused), time.Millisecond)}
+	held := Result{Limit: l.burst, RetryAfter: max(refused.retryAfter, time.Millisecond)}
 	latest := time.Now().Add(refused.leased + retryBudget)
 	waiting := cs[:0:0]
 	for _, c := range cs {
@@ -308,9 +269,10 @@ func (l *Limiter) afterLeases(cs []*check, refused spent) {
 		}
 		return
 	}
-	l.settle(waiting, res, func(c *check) (context.Context, context.CancelFunc) {
-		return context.WithCancel(c.Ctx())
-	}, answer, &held)
+	rest := l.allow(waiting, res, answer)
+	for i := len(waiting) - len(rest); i < len(waiting); i++ {
+		answer(i, Result{Limit: l.burst, RetryAfter: res.retryAfter}, nil)
+	}
 }
 
 // A refusal held for leases (afterLeases) is decided again only if its
