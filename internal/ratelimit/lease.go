@@ -18,10 +18,14 @@ import (
 // out to them itself, with no round trip. When the lease ends its unused
 // budget is given back to Redis (giveBack), as if never spent.
 //
-// A key is never allowed more than its budget: nothing is handed out that
-// Redis did not grant, and a give-back returns only what was not handed
+// A key is never allowed more than GCRA without leases would allow it:
+// nothing is handed out that Redis did not grant; a lease is charged from
+// the end of its hand-out on (its grant's call sent leaseFor before), so
+// none of it refills before it is handed out, as a fast key's full bucket
+// would otherwise let it; and a give-back returns only what was not handed
 // out and GCRA has not refilled meanwhile (giveBack), once, and only while
-// Redis keeps that lease's own marker (leaseKept).
+// Redis keeps that lease's own marker (leaseKept). Charging a lease ahead
+// costs a key at a full bucket leaseFor of refill, for leaseFor.
 //
 // A check is refused only when the budget is spent, across replicas, but
 // for the losses below:
@@ -85,13 +89,14 @@ type lease struct {
 	remaining int // the key's budget left in Redis after the lease was taken
 	size      int
 	ended     bool
+	until     time.Time // hands out no later: the grant's call was sent leaseFor before
 }
 
 // take hands out one request of the lease's budget, if any is left.
 func (le *lease) take() (Result, bool) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
-	if le.ended || le.left == 0 {
+	if le.ended || le.left == 0 || !time.Now().Before(le.until) {
 		return Result{}, false
 	}
 	le.left--
@@ -156,12 +161,13 @@ func (l *Limiter) leaseSize(key string, n int) int {
 }
 
 // lend holds a lease of size for key, with remaining left in Redis after
-// it, until leaseFor has run; then gives back what was not handed out.
-// id names the lease in Redis (spend).
-func (l *Limiter) lend(key string, size, remaining int, id string) {
-	le := &lease{left: size, remaining: remaining, size: size}
+// it, until until (leaseFor after its grant's call was sent: Redis charged
+// its slots from no earlier than then); then gives back what was not
+// handed out. id names the lease in Redis (spend).
+func (l *Limiter) lend(key string, size, remaining int, id string, until time.Time) {
+	le := &lease{left: size, remaining: remaining, size: size, until: until}
 	l.leases.Store(key, le)
-	time.AfterFunc(l.leaseFor, func() {
+	time.AfterFunc(time.Until(until), func() {
 		le.mu.Lock()
 		le.ended = true
 		unused := le.left
@@ -170,14 +176,20 @@ func (l *Limiter) lend(key string, size, remaining int, id string) {
 			l.leases.CompareAndDelete(key, le) // the key has gone quiet
 		}
 		if unused > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), l.leaseKept)
-			defer cancel()
 			// Failing, the budget stays spent: the key is refused that
 			// much early, never allowed more.
-			_ = giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "lease:"+id), markerKey(key, "credits")},
-				unused, l.burst, periodSeconds, l.leaseKept.Milliseconds()).Err()
+			_, _ = l.giveBack(key, id, unused)
 		}
 	})
+}
+
+// giveBack gives back unused requests of key's lease id (the giveBack
+// script), and returns how many went back.
+func (l *Limiter) giveBack(key, id string, unused int) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.leaseKept)
+	defer cancel()
+	return giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "lease:"+id), markerKey(key, "credits")},
+		unused, l.burst, periodSeconds, l.leaseKept.Milliseconds()).Int()
 }
 
 // spent is the reply of one GCRA call (spend).
@@ -187,6 +199,7 @@ type spent struct {
 	retryAfter time.Duration // some refused: until the first of them fits
 	leased     time.Duration // some refused: until every lease of the key has ended (0: none)
 	lease      string        // the lease's id, when one was granted
+	until      time.Time     // the lease hands out until then
 }
 
 // spend spends as many of n requests of key's budget as fit, and a lease
@@ -194,13 +207,15 @@ type spent struct {
 // reserve.
 func (l *Limiter) spend(ctx context.Context, key string, n, extra int) (spent, error) {
 	var id string
+	var until time.Time
 	if extra > 0 {
 		id = l.leaseIDs.prefix + strconv.FormatUint(l.leaseIDs.n.Add(1), 36)
+		until = time.Now().Add(l.leaseFor) // before Redis's clock reads its now
 	}
 	v, err := gcra.Run(ctx, l.rdb,
 		[]string{redisKey(key), markerKey(key, "leased"), markerKey(key, "refused"), markerKey(key, "lease:"+id), markerKey(key, "credits")},
 		l.burst, periodSeconds, n, extra, l.reserve, l.leasedRemembered.Milliseconds(),
-		3*l.leasedRemembered.Milliseconds(), l.leaseKept.Milliseconds()).Slice()
+		3*l.leasedRemembered.Milliseconds(), l.leaseKept.Milliseconds(), l.leaseFor.Milliseconds()).Slice()
 	if err != nil {
 		return spent{}, err
 	}
@@ -211,7 +226,7 @@ func (l *Limiter) spend(ctx context.Context, key string, n, extra int) (spent, e
 	remaining, _ := v[1].(int64)
 	retry, _ := v[2].(int64)
 	leased, _ := v[3].(int64)
-	return spent{granted: int(granted), remaining: int(remaining), lease: id,
+	return spent{granted: int(granted), remaining: int(remaining), lease: id, until: until,
 		retryAfter: time.Duration(retry) * time.Microsecond, leased: time.Duration(max(leased, 0)) * time.Millisecond}, nil
 }
 
@@ -252,7 +267,8 @@ func markerKey(key, what string) string { return "{" + redisKey(key) + "}:" + wh
 // KEYS: the state, the key's lease marker, the refused marker, this
 // lease's own marker, the give-back tally. ARGV: burst (the hourly rate
 // too), period (s), cost, lease, reserve, the key's lease marker's life
-// (ms), the refused marker's life (ms), the lease's own marker's life (ms).
+// (ms), the refused marker's life (ms), the lease's own marker's life (ms),
+// leaseFor (ms).
 // Reply: granted, remaining, retry after (µs) and the key's lease marker's
 // PTTL (ms; -2: none) when some were refused.
 var gcra = redis.NewScript(`
@@ -275,36 +291,42 @@ local granted = cost
 if fit < cost then
   granted = math.max(math.floor(fit), 0)
 end
+local new_tat = tat + granted * interval
 local leased = 0
 if granted < cost then
   leased = redis.call("PTTL", KEYS[2])
   if leased > 0 then
     redis.call("SET", KEYS[3], 1, "PX", ARGV[7])
   end
-elseif extra > 0 and fit - cost - extra >= reserve and redis.call("EXISTS", KEYS[3]) == 0 then
-  granted = cost + extra
-  -- never shorter than a lease before it (another replica's, maybe
-  -- remembered longer)
-  if redis.call("PTTL", KEYS[2]) < tonumber(ARGV[6]) then
-    redis.call("SET", KEYS[2], 1, "PX", ARGV[6])
+elseif extra > 0 and redis.call("EXISTS", KEYS[3]) == 0 then
+  -- The lease's slots start no earlier than the end of its hand-out (now
+  -- plus leaseFor), so that none has refilled before it is handed out:
+  -- a fast key's bucket, full again within that, would otherwise allow
+  -- the lease's requests on top of its burst.
+  local leased_tat = math.max(new_tat, now + tonumber(ARGV[9]) / 1000) + extra * interval
+  if (now - leased_tat) / interval + burst >= reserve then
+    granted = cost + extra
+    new_tat = leased_tat
+    -- never shorter than a lease before it (another replica's, maybe
+    -- remembered longer)
+    if redis.call("PTTL", KEYS[2]) < tonumber(ARGV[6]) then
+      redis.call("SET", KEYS[2], 1, "PX", ARGV[6])
+    end
+    local tally = tonumber(redis.call("GET", KEYS[5]) or "0")
+    redis.call("SET", KEYS[4], string.format("%.9f %d", new_tat, tally), "PX", ARGV[8])
+    if tally > 0 and redis.call("PTTL", KEYS[5]) < 2 * tonumber(ARGV[8]) then
+      redis.call("PEXPIRE", KEYS[5], 2 * tonumber(ARGV[8]))
+    end
   end
 end
-local new_tat = tat + granted * interval
 if granted > 0 then
   redis.call("SET", KEYS[1], new_tat, "EX", math.ceil(new_tat - now))
-end
-if granted > cost then
-  local tally = tonumber(redis.call("GET", KEYS[5]) or "0")
-  redis.call("SET", KEYS[4], string.format("%.9f %d", new_tat, tally), "PX", ARGV[8])
-  if tally > 0 then
-    redis.call("PEXPIRE", KEYS[5], 2 * tonumber(ARGV[8]))
-  end
 end
 local retry = 0
 if granted < cost then
   retry = math.ceil((granted + 1 - fit) * interval * 1000000)
 end
-return {granted, math.max(math.floor(fit - granted), 0), retry, leased}
+return {granted, math.max(math.floor((now - new_tat) / interval + burst), 0), retry, leased}
 `)
 
 // giveBack returns a lease's unused budget: the state's arrival time moves
@@ -353,7 +375,10 @@ if back <= 0 or tat == 0 then
 end
 redis.call("SET", KEYS[1], tat - back * interval, "KEEPTTL")
 redis.call("INCRBY", KEYS[3], back)
-redis.call("PEXPIRE", KEYS[3], 2 * tonumber(ARGV[4]))
+-- never shorter: a lease granted since counts on it
+if redis.call("PTTL", KEYS[3]) < 2 * tonumber(ARGV[4]) then
+  redis.call("PEXPIRE", KEYS[3], 2 * tonumber(ARGV[4]))
+end
 return back
 `
 

@@ -107,7 +107,7 @@ func TestALateGiveBackIsDropped(t *testing.T) {
 	if err != nil || r.granted != 11 {
 		t.Fatalf("spend with a lease: got %+v, %v; want 11 granted", r, err)
 	}
-	a.lend(key, 10, r.remaining, r.lease)
+	a.lend(key, 10, r.remaining, r.lease, r.until)
 	if err := rdb.Del(ctx, redisKey(key)).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestALateGiveBackIsDropped(t *testing.T) {
 	if err != nil || r.granted != 11 {
 		t.Fatalf("b's spend with a lease: got %+v, %v; want 11 granted", r, err)
 	}
-	b.lend(key, 10, r.remaining, r.lease)
+	b.lend(key, 10, r.remaining, r.lease, r.until)
 	time.Sleep(300 * time.Millisecond) // both leases end and give back 10
 	r, err = b.spend(ctx, key, 1, 0)
 	if want := limit - 52; err != nil || r.remaining != want {
@@ -253,7 +253,7 @@ func slowRedis(t *testing.T, delay time.Duration) *redis.Client {
 }
 
 // TestAGiveBackReturnsOnlyWhatHasNotRefilled: a lease's unused budget that
-// GCRA has refilled by its give-back (its slots behind the clock, and
+// GCRA has refilled by its give-back (its slots behind the clock, with
 // requests spent since) is not given back: the bucket was full at its
 // burst when they were spent, and crediting it would allow more than the
 // budget. The give-back leaves the state as it found it.
@@ -264,12 +264,11 @@ func TestAGiveBackReturnsOnlyWhatHasNotRefilled(t *testing.T) {
 	key := payments.NewID("key_")
 	rdb := testenv.Redis(t)
 	a := New(rdb, limit)
-	r, err := a.spend(ctx, key, 1, 100)
+	r, err := a.spend(ctx, key, 1, 100) // the lease's slots end 35.1 ms from now
 	if err != nil || r.granted != 101 {
 		t.Fatalf("spend 1 and a lease of 100: got %+v, %v", r, err)
 	}
-	a.lend(key, 100, r.remaining, r.lease) // ends in 25 ms, unused
-	time.Sleep(15 * time.Millisecond)      // the lease's 10.1 ms of budget refill
+	time.Sleep(50 * time.Millisecond)
 	if r, err := New(testenv.Redis(t), limit).spend(ctx, key, 5000, 0); err != nil || r.granted != 5000 {
 		t.Fatalf("spend 5000: got %+v, %v", r, err)
 	}
@@ -277,11 +276,46 @@ func TestAGiveBackReturnsOnlyWhatHasNotRefilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond) // a's lease ends and gives back
-	if n, err := rdb.Exists(ctx, markerKey(key, "lease:"+r.lease)).Result(); err != nil || n != 0 {
-		t.Fatalf("the lease's marker after its end: %d, %v; want gone (given back)", n, err)
+	if back, err := a.giveBack(key, r.lease, 100); err != nil || back != 0 {
+		t.Errorf("give back 100 unused after their slots refilled: got %d back, %v; want 0", back, err)
 	}
 	if after, err := rdb.Get(ctx, redisKey(key)).Result(); err != nil || after != before {
-		t.Errorf("state after the give-back: %s, %v; want %s as before (nothing to give back)", after, err, before)
+		t.Errorf("state after the give-back: %s, %v; want %s as before", after, err, before)
+	}
+}
+
+// TestALeaseIsChargedPastItsHandOut: a lease of a fast key's budget
+// (whose bucket refills within the lease's hand-out) is charged from the
+// end of its hand-out on, so none of it has refilled when it is handed
+// out: a key leased at a full bucket, its lease handed out, and then
+// spent to the last request, allows no more than its burst and the one
+// request before (as GCRA without leases would).
+func TestALeaseIsChargedPastItsHandOut(t *testing.T) {
+	t.Parallel()
+	const limit = 36_000_000 // one request refills in 0.1 ms; a lease of 100, in 10 ms
+	ctx := context.Background()
+	key := payments.NewID("key_")
+	a := New(testenv.Redis(t), limit)
+	r, err := a.spend(ctx, key, 1, 100)
+	if err != nil || r.granted != 101 {
+		t.Fatalf("spend 1 and a lease of 100: got %+v, %v", r, err)
+	}
+	a.lend(key, 100, r.remaining, r.lease, r.until)
+	time.Sleep(15 * time.Millisecond) // a bucket charged at the grant has refilled
+	used := 0
+	for {
+		if _, ok := a.fromLease(key); !ok {
+			break
+		}
+		used++
+	}
+	rest, err := New(testenv.Redis(t), limit).spend(ctx, key, limit, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GCRA without leases: 1, then used+rest at one instant of a bucket
+	// that holds limit (and refilled the first meanwhile).
+	if total := 1 + used + rest.granted; total > limit+1 {
+		t.Errorf("1, then %d from the lease and %d at once: %d allowed; want at most %d", used, rest.granted, total, limit+1)
 	}
 }

@@ -203,7 +203,7 @@ func (l *Limiter) decide(cs []*check, g *gathering) {
 func (l *Limiter) allow(cs []*check, res spent, answer func(int, Result, error)) []*check {
 	n := min(res.granted, len(cs))
 	if res.granted > n {
-		l.lend(cs[0].In, res.granted-n, res.remaining, res.lease)
+		l.lend(cs[0].In, res.granted-n, res.remaining, res.lease, res.until)
 	}
 	for i := range n {
 		answer(i, Result{Allowed: true, Limit: l.burst, Remaining: res.remaining + res.granted - 1 - i}, nil)
