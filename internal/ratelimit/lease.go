@@ -24,8 +24,10 @@ import (
 // none of it refills before it is handed out, as a fast key's full bucket
 // would otherwise let it; and a give-back returns only what was not handed
 // out and GCRA has not refilled meanwhile (giveBack), once, and only while
-// Redis keeps that lease's own marker (leaseKept). Charging a lease ahead
-// costs a key at a full bucket leaseFor of refill, for leaseFor.
+// Redis keeps that lease's own marker (leaseKept), and never so much that
+// a lease granted since, still handing out, would sit on slots already
+// refilled. Charging a lease ahead costs a key whose state is less than
+// leaseFor ahead of the clock up to leaseFor of refill, for leaseFor.
 //
 // A check is refused only when the budget is spent, across replicas, but
 // for the losses below:
@@ -46,7 +48,9 @@ import (
 //   - a lease held by a replica that dies, or whose give-back reaches Redis
 //     later than leaseKept, or whose grant's reply was given up on;
 //   - with requests spent since its grant, the one slot of a lease the
-//     clock is in when it is given back (giveBack);
+//     clock is in when it is given back, and the slots another lease still
+//     handing out needs kept (giveBack);
+//   - a lease's charge ahead (up to leaseFor of refill, for leaseFor);
 //   - a give-back that arrives after the lease was no longer remembered
 //     (a Redis slower than about 75 ms a round trip): the check waiting
 //     for it has been decided without it;
@@ -89,7 +93,7 @@ type lease struct {
 	remaining int // the key's budget left in Redis after the lease was taken
 	size      int
 	ended     bool
-	until     time.Time // hands out no later: the grant's call was sent leaseFor before
+	until     time.Time // hands out no later: leaseFor after the grant's call was made, before Redis read its clock
 }
 
 // take hands out one request of the lease's budget, if any is left.
@@ -188,7 +192,7 @@ func (l *Limiter) lend(key string, size, remaining int, id string, until time.Ti
 func (l *Limiter) giveBack(key, id string, unused int) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.leaseKept)
 	defer cancel()
-	return giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "lease:"+id), markerKey(key, "credits")},
+	return giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "lease:"+id), markerKey(key, "credits"), markerKey(key, "handout")},
 		unused, l.burst, periodSeconds, l.leaseKept.Milliseconds()).Int()
 }
 
@@ -213,7 +217,7 @@ func (l *Limiter) spend(ctx context.Context, key string, n, extra int) (spent, e
 		until = time.Now().Add(l.leaseFor) // before Redis's clock reads its now
 	}
 	v, err := gcra.Run(ctx, l.rdb,
-		[]string{redisKey(key), markerKey(key, "leased"), markerKey(key, "refused"), markerKey(key, "lease:"+id), markerKey(key, "credits")},
+		[]string{redisKey(key), markerKey(key, "leased"), markerKey(key, "refused"), markerKey(key, "lease:"+id), markerKey(key, "credits"), markerKey(key, "handout")},
 		l.burst, periodSeconds, n, extra, l.reserve, l.leasedRemembered.Milliseconds(),
 		3*l.leasedRemembered.Milliseconds(), l.leaseKept.Milliseconds(), l.leaseFor.Milliseconds()).Slice()
 	if err != nil {
@@ -265,7 +269,8 @@ func markerKey(key, what string) string { return "{" + redisKey(key) + "}:" + wh
 // grant) and the key's give-back tally then, for its give-back.
 //
 // KEYS: the state, the key's lease marker, the refused marker, this
-// lease's own marker, the give-back tally. ARGV: burst (the hourly rate
+// lease's own marker, the give-back tally, the latest hand-out end of the
+// key's leases. ARGV: burst (the hourly rate
 // too), period (s), cost, lease, reserve, the key's lease marker's life
 // (ms), the refused marker's life (ms), the lease's own marker's life (ms),
 // leaseFor (ms).
@@ -312,6 +317,11 @@ elseif extra > 0 and redis.call("EXISTS", KEYS[3]) == 0 then
     if redis.call("PTTL", KEYS[2]) < tonumber(ARGV[6]) then
       redis.call("SET", KEYS[2], 1, "PX", ARGV[6])
     end
+    -- the latest hand-out end of the key's leases, for give-backs
+    local handout = now + tonumber(ARGV[9]) / 1000
+    if handout > tonumber(redis.call("GET", KEYS[6]) or "0") then
+      redis.call("SET", KEYS[6], string.format("%.9f", handout), "PX", ARGV[9] + 1)
+    end
     local tally = tonumber(redis.call("GET", KEYS[5]) or "0")
     redis.call("SET", KEYS[4], string.format("%.9f %d", new_tat, tally), "PX", ARGV[8])
     if tally > 0 and redis.call("PTTL", KEYS[5]) < 2 * tonumber(ARGV[8]) then
@@ -341,7 +351,9 @@ return {granted, math.max(math.floor((now - new_tat) / interval + burst), 0), re
 // lose that one, never gain it. Once: it deletes the lease's own marker, and
 // counts only while that marker lives (leaseKept); a later give-back is
 // lost (the key refused that much early, never allowed more). KEYS: the
-// state, the lease's own marker, the give-back tally. ARGV: requests,
+// state, the lease's own marker, the give-back tally, the latest hand-out
+// end of the key's leases (the clock is read as no earlier: a lease granted
+// since keeps its slots past its hand-out). ARGV: requests,
 // rate, period (s), the marker's life (ms; the tally lives twice that).
 var giveBack = redis.NewScript(giveBackSrc)
 
@@ -366,6 +378,8 @@ if tat > ends + interval / 2 then
   -- spent since the grant: only the slots still ahead of the clock
   local now = redis.call("TIME")
   now = (now[1] - 1483228800) + (now[2] / 1000000)
+  -- and none a lease granted since, still handing out, would move onto
+  now = math.max(now, tonumber(redis.call("GET", KEYS[4]) or "0"))
   back = math.min(back, math.floor((ends - now) / interval))
 end
 -- (nothing spent since: the unused go back whole; a state behind the

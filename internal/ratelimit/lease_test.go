@@ -264,7 +264,7 @@ func TestAGiveBackReturnsOnlyWhatHasNotRefilled(t *testing.T) {
 	key := payments.NewID("key_")
 	rdb := testenv.Redis(t)
 	a := New(rdb, limit)
-	r, err := a.spend(ctx, key, 1, 100) // the lease's slots end 35.1 ms from now
+	r, err := a.spend(ctx, key, 1, 100) // the lease's slots end 35 ms from now
 	if err != nil || r.granted != 101 {
 		t.Fatalf("spend 1 and a lease of 100: got %+v, %v", r, err)
 	}
@@ -317,5 +317,53 @@ func TestALeaseIsChargedPastItsHandOut(t *testing.T) {
 	// that holds limit (and refilled the first meanwhile).
 	if total := 1 + used + rest.granted; total > limit+1 {
 		t.Errorf("1, then %d from the lease and %d at once: %d allowed; want at most %d", used, rest.granted, total, limit+1)
+	}
+}
+
+// TestAGiveBackLeavesALiveLeaseInPlace: a give-back moves back every slot
+// charged after its lease, another replica's lease granted since among
+// them; it returns no more than keeps that lease's slots past the end of
+// its hand-out, or the lease's requests would sit on slots already
+// refilled, on top of the burst. Then the lease's hand-out and a call for
+// the whole burst allow no more than GCRA without leases.
+func TestAGiveBackLeavesALiveLeaseInPlace(t *testing.T) {
+	t.Parallel()
+	const limit = 36_000_000 // one request refills in 0.1 ms
+	ctx := context.Background()
+	key := payments.NewID("key_")
+	a := New(testenv.Redis(t), limit)
+	b := New(testenv.Redis(t), limit)
+	ra, err := a.spend(ctx, key, 1, 100) // slots from 25 ms
+	if err != nil || ra.granted != 101 {
+		t.Fatalf("a: spend 1 and a lease of 100: got %+v, %v", ra, err)
+	}
+	time.Sleep(12 * time.Millisecond)
+	rb, err := b.spend(ctx, key, 1, 100) // slots from 37 ms
+	if err != nil || rb.granted != 101 {
+		t.Fatalf("b: spend 1 and a lease of 100: got %+v, %v", rb, err)
+	}
+	b.lend(key, 100, rb.remaining, rb.lease, rb.until)
+	time.Sleep(time.Until(ra.until))
+	if _, err := a.giveBack(key, ra.lease, 100); err != nil { // a's lease ends unused
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(rb.until) - 2*time.Millisecond)
+	first := time.Now()
+	used := 0
+	for {
+		if _, ok := b.fromLease(key); !ok {
+			break
+		}
+		used++
+	}
+	time.Sleep(time.Until(rb.until))
+	rest, err := New(testenv.Redis(t), limit).spend(ctx, key, limit, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GCRA without leases: a bucket of limit, and what refilled since the
+	// first of these requests.
+	if bound := limit + int(time.Since(first)/(100*time.Microsecond)) + 1; used+rest.granted > bound {
+		t.Errorf("%d from b's lease, then %d at once: %d over GCRA without leases", used, rest.granted, used+rest.granted-bound)
 	}
 }
