@@ -199,47 +199,26 @@ func TestCrossingTheLimitWhileLeased(t *testing.T) {
 // reply for delay, with the options the API's client has.
 func slowRedis(t *testing.T, delay time.Duration) *redis.Client {
 	t.Helper()
-	opt, err := redis.ParseURL(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	upstream := opt.Addr
-	go func() {
+	relay := testenv.Forward(t, testenv.RedisURL(t), func(client, server net.Conn) {
+		go func() { io.Copy(server, client); server.Close() }()
+		buf := make([]byte, 64<<10)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", upstream)
-			if err != nil {
-				c.Close()
-				return
-			}
-			go func() { io.Copy(s, c); s.Close() }()
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := s.Read(buf)
-					if n > 0 {
-						time.Sleep(delay)
-						if _, err := c.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
+			n, err := server.Read(buf)
+			if n > 0 {
+				time.Sleep(delay)
+				if _, err := client.Write(buf[:n]); err != nil {
+					return
 				}
-			}()
+			}
+			if err != nil {
+				return
+			}
 		}
-	}()
-	opt.Addr = ln.Addr().String()
+	})
+	opt, err := redis.ParseURL(relay)
+	if err != nil {
+		t.Fatal(err)
+	}
 	opt.PoolSize, opt.MinIdleConns = 4, 4
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() })
