@@ -130,7 +130,7 @@ func TestALateGiveBackIsDropped(t *testing.T) {
 	}
 }
 
-// TestHeldRefusalsOnASlowRedis: on a Redis answering in 60 ms, through the
+// TestHeldRefusalsOnASlowRedis: on a Redis answering in 75 ms, through the
 // client options the API uses (go-redis then waits for a reply it has sent
 // for, whatever the context), a check refused while a lease is remembered
 // is still answered with its refusal before its caller's 150 ms run out,
@@ -140,9 +140,9 @@ func TestHeldRefusalsOnASlowRedis(t *testing.T) {
 	const limit = 1000
 	ctx := context.Background()
 	key := payments.NewID("key_")
-	b := New(slowRedis(t, 60*time.Millisecond), limit)
+	b := New(slowRedis(t, 75*time.Millisecond), limit)
 	a := New(testenv.Redis(t), limit)
-	SetLeaseTimes(a, leaseFor, 50*time.Millisecond, leaseKept)
+	SetLeaseTimes(a, leaseFor, 20*time.Millisecond, leaseKept) // held (75+20+40 < 150 ms), its second decision past the deadline (75+20+75)
 	if r, err := a.spend(ctx, key, 1, 10); err != nil || r.granted != 11 {
 		t.Fatalf("spend with a lease: got %+v, %v", r, err)
 	}
