@@ -139,10 +139,11 @@ func serve(ctx context.Context) error {
 	}
 	_, closeQueue := env.Enqueuer()
 	defer closeQueue()
+	limiter := ratelimit.New(env.Redis, env.Config.RateLimitPerHour)
 	deps := httpapi.Deps{
 		Service: d.Service,
 		Store:   env.Store,
-		Limiter: ratelimit.New(env.Redis, env.Config.RateLimitPerHour),
+		Limiter: limiter,
 		Log:     env.Log,
 		Secrets: d.Secrets,
 		Crash:   crashHook,
@@ -212,6 +213,9 @@ func serve(ctx context.Context) error {
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
+	// The requests have drained: what the limiter's leases did not hand
+	// out goes back to the keys' budgets now, not with this process.
+	limiter.Close()
 	env.Log.Info("stopped")
 	return err
 }

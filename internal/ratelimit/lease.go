@@ -45,7 +45,8 @@ import (
 // What a key can lose, refused early but never allowed more (each time at
 // most the leases outstanding, a hundredth of the hour per replica, and
 // only as the key crosses its limit):
-//   - a lease held by a replica that dies, or whose give-back reaches Redis
+//   - a lease held by a replica that dies (one that stops gives its leases
+//     back at once, Close), or whose give-back reaches Redis
 //     later than leaseKept, or whose grant's reply was given up on;
 //   - with requests spent since its grant, the one slot of a lease the
 //     clock is in when it is given back, and the slots another lease still
@@ -88,6 +89,7 @@ func (l *Limiter) sizeLeases(perHour int) {
 // lease is budget of one key this process spent in Redis ahead of its
 // checks, handed out until it ends.
 type lease struct {
+	key, id   string // the key's, and its name in Redis (spend)
 	mu        sync.Mutex
 	left      int // budget not yet handed out
 	remaining int // the key's budget left in Redis after the lease was taken
@@ -105,6 +107,18 @@ func (le *lease) take() (Result, bool) {
 	}
 	le.left--
 	return Result{Allowed: true, Remaining: le.remaining + le.left}, true
+}
+
+// end stops the lease's hand-out and returns what it did not hand out, the
+// first time only: its give-back is made once.
+func (le *lease) end() (unused int, first bool) {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if le.ended {
+		return 0, false
+	}
+	le.ended = true
+	return le.left, true
 }
 
 // fromLease decides one check of key from this process's lease, if it
@@ -145,7 +159,7 @@ func (l *Limiter) answerFromLeases(byKey [][]*check) [][]*check {
 // once and none was leased lately. A key checked one at a time is not
 // leased: Redis answers before its next check.
 func (l *Limiter) leaseSize(key string, n int) int {
-	if l.maxLease == 0 {
+	if l.maxLease == 0 || l.closed.Load() {
 		return 0
 	}
 	want := 0
@@ -169,22 +183,50 @@ func (l *Limiter) leaseSize(key string, n int) int {
 // its slots from no earlier than then); then gives back what was not
 // handed out. id names the lease in Redis (spend).
 func (l *Limiter) lend(key string, size, remaining int, id string, until time.Time) {
-	le := &lease{left: size, remaining: remaining, size: size, until: until}
+	le := &lease{key: key, id: id, left: size, remaining: remaining, size: size, until: until}
 	l.leases.Store(key, le)
-	time.AfterFunc(time.Until(until), func() {
-		le.mu.Lock()
-		le.ended = true
-		unused := le.left
-		le.mu.Unlock()
-		if unused == le.size {
-			l.leases.CompareAndDelete(key, le) // the key has gone quiet
-		}
-		if unused > 0 {
-			// Failing, the budget stays spent: the key is refused that
-			// much early, never allowed more.
-			_, _ = l.giveBack(key, id, unused)
-		}
+	if l.closed.Load() { // granted as Close ran: it may not have seen it
+		l.endLease(le)
+		return
+	}
+	time.AfterFunc(time.Until(until), func() { l.endLease(le) })
+}
+
+// endLease ends le, if it has not ended, and gives back what it did not
+// hand out.
+func (l *Limiter) endLease(le *lease) {
+	unused, first := le.end()
+	if !first {
+		return
+	}
+	if unused == le.size {
+		l.leases.CompareAndDelete(le.key, le) // the key has gone quiet
+	}
+	if unused > 0 {
+		// Failing, the budget stays spent: the key is refused that
+		// much early, never allowed more.
+		_, _ = l.giveBack(le.key, le.id, unused)
+	}
+}
+
+// Close ends this process's leases at once, gives back what they did not
+// hand out, and takes no more leases; call it when no more checks come (the
+// API's server has drained). A replica that stopped with leases live would
+// leave their budget spent (a rolling deploy's every replica, a lease of
+// each busy key): refused early near the limit, never allowed more.
+// Checks after Close are decided by Redis, as without leases.
+func (l *Limiter) Close() {
+	l.closed.Store(true)
+	var wg sync.WaitGroup
+	l.leases.Range(func(_, v any) bool {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.endLease(v.(*lease))
+		}()
+		return true
 	})
+	wg.Wait()
 }
 
 // giveBack gives back unused requests of key's lease id (the giveBack

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -344,5 +345,67 @@ func TestAGiveBackLeavesALiveLeaseInPlace(t *testing.T) {
 	// first of these requests.
 	if bound := limit + int(time.Since(first)/(100*time.Microsecond)) + 1; used+rest.granted > bound {
 		t.Errorf("%d from b's lease, then %d at once: %d over GCRA without leases", used, rest.granted, used+rest.granted-bound)
+	}
+}
+
+// TestCloseGivesBackItsLeases: a limiter closed as its process stops gives
+// back at once what its live leases did not hand out, hands out nothing
+// more, and takes no lease after; a lease granted as Close ran goes back
+// at once too. Without it the budget stays spent until the leases end,
+// which a process that exits never reaches.
+func TestCloseGivesBackItsLeases(t *testing.T) {
+	t.Parallel()
+	const limit = 100_000 // leases of up to 1,000
+	interval := 3600.0 / limit
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	l := New(rdb, limit)
+	SetLeaseTimes(l, 500*time.Millisecond, time.Second, leaseKept) // still handing out when Close runs
+	tat := func(key string) float64 {
+		t.Helper()
+		v, err := rdb.Get(ctx, redisKey(key)).Float64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	key, late := payments.NewID("key_"), payments.NewID("key_")
+	r, err := l.spend(ctx, key, 1, 300)
+	if err != nil || r.granted != 301 {
+		t.Fatalf("spend 1 and a lease of 300: got %+v, %v", r, err)
+	}
+	l.lend(key, 300, r.remaining, r.lease, r.until)
+	for i := range 100 {
+		if _, ok := l.fromLease(key); !ok {
+			t.Fatalf("check %d of the lease's 300: not decided from it", i+1)
+		}
+	}
+	rl, err := l.spend(ctx, late, 1, 50)
+	if err != nil || rl.granted != 51 {
+		t.Fatalf("spend 1 and a lease of 50: got %+v, %v", rl, err)
+	}
+	before, beforeLate := tat(key), tat(late)
+
+	l.Close()
+	if got, want := (before-tat(key))/interval, 200.0; math.Abs(got-want) > 0.01 {
+		t.Errorf("Close gave back %.2f requests of the live lease; want the %v not handed out", got, want)
+	}
+	if _, ok := l.fromLease(key); ok {
+		t.Error("a check after Close was decided from the lease; want none handed out")
+	}
+	if n := l.leaseSize(key, 5); n != 0 {
+		t.Errorf("lease size after Close: %d; want 0 (no more leases)", n)
+	}
+	l.lend(late, 50, rl.remaining, rl.lease, rl.until) // its grant's reply came after Close
+	if got := (beforeLate - tat(late)) / interval; math.Abs(got-50) > 0.01 {
+		t.Errorf("a lease granted as Close ran: %.2f given back at once; want 50", got)
+	}
+	if _, ok := l.fromLease(late); ok {
+		t.Error("a lease granted as Close ran handed out a check; want none")
+	}
+	after := tat(key)
+	time.Sleep(600 * time.Millisecond) // past the lease's end: nothing more goes back
+	if got := tat(key); got != after {
+		t.Errorf("state moved by %.2f requests after Close, at the lease's end; want it left", (after-got)/interval)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -34,6 +35,7 @@ type Limiter struct {
 	maxLease, reserve          int
 	leaseFor, leasedRemembered time.Duration
 	leaseKept                  time.Duration
+	closed                     atomic.Bool // Close: no more leases
 }
 
 // New returns a limiter of perHour requests per key. The burst equals the
