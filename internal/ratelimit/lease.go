@@ -156,8 +156,8 @@ func (l *Limiter) answerFromLeases(byKey [][]*check) [][]*check {
 // leaseSize is the budget to lease beside the n checks a GCRA call decides
 // for key: twice the last lease when it ran out before its end, what it
 // handed out when it ended with budget left, and n when n checks came at
-// once and none was leased lately. A key checked one at a time is not
-// leased: Redis answers before its next check.
+// once and none was leased lately (leaseRecalled). A key checked one at a
+// time is not leased: Redis answers before its next check.
 func (l *Limiter) leaseSize(key string, n int) int {
 	if l.maxLease == 0 || l.closed.Load() {
 		return 0
@@ -177,6 +177,10 @@ func (l *Limiter) leaseSize(key string, n int) int {
 	}
 	return min(want, l.maxLease)
 }
+
+// leaseRecalled is how long an ended lease sizes its key's next one: a
+// key whose last lease ended longer ago leases as one not leased lately.
+const leaseRecalled = time.Second
 
 // lend holds a lease of size for key, with remaining left in Redis after
 // it, until until (leaseFor after its grant's call was sent: Redis charged
@@ -201,6 +205,11 @@ func (l *Limiter) endLease(le *lease) {
 	}
 	if unused == le.size {
 		l.leases.CompareAndDelete(le.key, le) // the key has gone quiet
+	} else {
+		// Kept to size the key's next lease (leaseSize) while it says
+		// something of the key's pace; then forgotten, so that the map
+		// holds only keys checked lately.
+		time.AfterFunc(leaseRecalled, func() { l.leases.CompareAndDelete(le.key, le) })
 	}
 	if unused > 0 {
 		// Failing, the budget stays spent: the key is refused that

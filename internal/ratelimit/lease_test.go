@@ -409,3 +409,36 @@ func TestCloseGivesBackItsLeases(t *testing.T) {
 		t.Errorf("state moved by %.2f requests after Close, at the lease's end; want it left", (after-got)/interval)
 	}
 }
+
+// TestAnOldLeaseIsForgotten: a key's ended lease sizes its next one only
+// for leaseRecalled; then it is dropped from the limiter's map, which so
+// holds only keys checked lately, and the key leases as one not leased
+// lately.
+func TestAnOldLeaseIsForgotten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := New(testenv.Redis(t), 100_000)
+	SetLeaseTimes(l, 50*time.Millisecond, leasedRemembered, leaseKept)
+	key := payments.NewID("key_")
+	r, err := l.spend(ctx, key, 1, 10)
+	if err != nil || r.granted != 11 {
+		t.Fatalf("spend 1 and a lease of 10: got %+v, %v", r, err)
+	}
+	l.lend(key, 10, r.remaining, r.lease, r.until)
+	for i := range 10 {
+		if _, ok := l.fromLease(key); !ok {
+			t.Fatalf("check %d of the lease's 10: not decided from it", i+1)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the lease has ended, all handed out
+	if n := l.leaseSize(key, 1); n != 10 {
+		t.Errorf("lease size just after a lease of 10 was all handed out: %d; want 10", n)
+	}
+	time.Sleep(leaseRecalled)
+	if n := l.leaseSize(key, 1); n != 0 {
+		t.Errorf("lease size of one check %v after the key's last lease: %d; want 0, as a key not leased lately", leaseRecalled, n)
+	}
+	if _, ok := l.leases.Load(key); ok {
+		t.Error("the ended lease is still in the limiter's map; want it dropped")
+	}
+}
