@@ -51,6 +51,11 @@ import (
 //   - with requests spent since its grant, the one slot of a lease the
 //     clock is in when it is given back, and the slots another lease still
 //     handing out needs kept (giveBack);
+//   - a lease's whole give-back when a lease granted after it gave back
+//     first (two replicas' calls crossing): the tally counts that later
+//     give-back as if it had moved this lease's slots, and what is left
+//     reads as refilled (giveBack). Telling them apart needs the grants'
+//     order in the tally;
 //   - a lease's charge ahead (up to leaseFor of refill, for leaseFor);
 //   - a give-back that arrives after the lease was no longer remembered
 //     (a Redis slower than about 75 ms a round trip): the check waiting

@@ -360,7 +360,7 @@ func TestCloseGivesBackItsLeases(t *testing.T) {
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	l := New(rdb, limit)
-	SetLeaseTimes(l, 500*time.Millisecond, time.Second, leaseKept) // still handing out when Close runs
+	SetLeaseTimes(l, 5*time.Second, time.Second, leaseKept) // still handing out when Close runs
 	tat := func(key string) float64 {
 		t.Helper()
 		v, err := rdb.Get(ctx, redisKey(key)).Float64()
@@ -404,9 +404,13 @@ func TestCloseGivesBackItsLeases(t *testing.T) {
 		t.Error("a lease granted as Close ran handed out a check; want none")
 	}
 	after := tat(key)
-	time.Sleep(600 * time.Millisecond) // past the lease's end: nothing more goes back
+	v, ok := l.leases.Load(key)
+	if !ok {
+		t.Fatal("the closed lease is not in the limiter's map")
+	}
+	l.endLease(v.(*lease)) // as its timer does at its end: nothing more goes back
 	if got := tat(key); got != after {
-		t.Errorf("state moved by %.2f requests after Close, at the lease's end; want it left", (after-got)/interval)
+		t.Errorf("state moved by %.2f requests as the closed lease ended again; want it left", (after-got)/interval)
 	}
 }
 
@@ -430,15 +434,32 @@ func TestAnOldLeaseIsForgotten(t *testing.T) {
 			t.Fatalf("check %d of the lease's 10: not decided from it", i+1)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // the lease has ended, all handed out
+	v, _ := l.leases.Load(key)
+	le := v.(*lease)
+	ended := func() bool { le.mu.Lock(); defer le.mu.Unlock(); return le.ended }
+	for deadline := time.Now().Add(5 * time.Second); !ended(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease did not end within 5 s of its 50 ms")
+		}
+	}
+	endedAt := time.Now()
 	if n := l.leaseSize(key, 1); n != 10 {
 		t.Errorf("lease size just after a lease of 10 was all handed out: %d; want 10", n)
 	}
-	time.Sleep(leaseRecalled)
-	if n := l.leaseSize(key, 1); n != 0 {
-		t.Errorf("lease size of one check %v after the key's last lease: %d; want 0, as a key not leased lately", leaseRecalled, n)
+	for {
+		_, held := l.leases.Load(key)
+		if !held {
+			break
+		}
+		if time.Since(endedAt) > leaseRecalled+5*time.Second {
+			t.Fatalf("the ended lease is still in the limiter's map %v after it ended; want it dropped after %v", time.Since(endedAt), leaseRecalled)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	if _, ok := l.leases.Load(key); ok {
-		t.Error("the ended lease is still in the limiter's map; want it dropped")
+	if took := time.Since(endedAt); took < leaseRecalled-100*time.Millisecond {
+		t.Errorf("the ended lease was dropped %v after it ended; want kept for %v", took, leaseRecalled)
+	}
+	if n := l.leaseSize(key, 1); n != 0 {
+		t.Errorf("lease size of one check after the key's last lease was forgotten: %d; want 0, as a key not leased lately", n)
 	}
 }
