@@ -370,16 +370,7 @@ func TestCloseGivesBackItsLeases(t *testing.T) {
 		return v
 	}
 	key, late := payments.NewID("key_"), payments.NewID("key_")
-	r, err := l.spend(ctx, key, 1, 300)
-	if err != nil || r.granted != 301 {
-		t.Fatalf("spend 1 and a lease of 300: got %+v, %v", r, err)
-	}
-	l.lend(key, 300, r.remaining, r.lease, r.until)
-	for i := range 100 {
-		if _, ok := l.fromLease(key); !ok {
-			t.Fatalf("check %d of the lease's 300: not decided from it", i+1)
-		}
-	}
+	leaseOf(t, l, key, 300, 100)
 	rl, err := l.spend(ctx, late, 1, 50)
 	if err != nil || rl.granted != 51 {
 		t.Fatalf("spend 1 and a lease of 50: got %+v, %v", rl, err)
@@ -420,20 +411,10 @@ func TestCloseGivesBackItsLeases(t *testing.T) {
 // lately.
 func TestAnOldLeaseIsForgotten(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	l := New(testenv.Redis(t), 100_000)
 	SetLeaseTimes(l, 50*time.Millisecond, leasedRemembered, leaseKept)
 	key := payments.NewID("key_")
-	r, err := l.spend(ctx, key, 1, 10)
-	if err != nil || r.granted != 11 {
-		t.Fatalf("spend 1 and a lease of 10: got %+v, %v", r, err)
-	}
-	l.lend(key, 10, r.remaining, r.lease, r.until)
-	for i := range 10 {
-		if _, ok := l.fromLease(key); !ok {
-			t.Fatalf("check %d of the lease's 10: not decided from it", i+1)
-		}
-	}
+	leaseOf(t, l, key, 10, 10)
 	v, _ := l.leases.Load(key)
 	le := v.(*lease)
 	ended := func() bool { le.mu.Lock(); defer le.mu.Unlock(); return le.ended }
@@ -461,5 +442,21 @@ func TestAnOldLeaseIsForgotten(t *testing.T) {
 	}
 	if n := l.leaseSize(key, 1); n != 0 {
 		t.Errorf("lease size of one check after the key's last lease was forgotten: %d; want 0, as a key not leased lately", n)
+	}
+}
+
+// leaseOf has l spend one check of key and a lease of size beside it, hold
+// the lease, and hand out take of it.
+func leaseOf(t *testing.T, l *Limiter, key string, size, take int) {
+	t.Helper()
+	r, err := l.spend(context.Background(), key, 1, size)
+	if err != nil || r.granted != size+1 {
+		t.Fatalf("spend 1 and a lease of %d: got %+v, %v", size, r, err)
+	}
+	l.lend(key, size, r.remaining, r.lease, r.until)
+	for i := range take {
+		if _, ok := l.fromLease(key); !ok {
+			t.Fatalf("check %d of the lease's %d: not decided from it", i+1, size)
+		}
 	}
 }
