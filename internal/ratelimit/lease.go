@@ -51,11 +51,6 @@ import (
 //   - with requests spent since its grant, the one slot of a lease the
 //     clock is in when it is given back, and the slots another lease still
 //     handing out needs kept (giveBack);
-//   - a lease's whole give-back when a lease granted after it gave back
-//     first (two replicas' calls crossing): the tally counts that later
-//     give-back as if it had moved this lease's slots, and what is left
-//     reads as refilled (giveBack). Telling them apart needs the grants'
-//     order in the tally;
 //   - a lease's charge ahead (up to leaseFor of refill, for leaseFor);
 //   - a give-back that arrives after the lease was no longer remembered
 //     (a Redis slower than about 75 ms a round trip): the check waiting
@@ -248,7 +243,7 @@ func (l *Limiter) Close() {
 func (l *Limiter) giveBack(key, id string, unused int) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.leaseKept)
 	defer cancel()
-	return giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "lease:"+id), markerKey(key, "credits"), markerKey(key, "handout")},
+	return giveBack.Run(ctx, l.rdb, []string{redisKey(key), markerKey(key, "lease:"+id), markerKey(key, "credits"), markerKey(key, "handout"), markerKey(key, "givebacks")},
 		unused, l.burst, periodSeconds, l.leaseKept.Milliseconds()).Int()
 }
 
@@ -273,7 +268,8 @@ func (l *Limiter) spend(ctx context.Context, key string, n, extra int) (spent, e
 		until = time.Now().Add(l.leaseFor) // before Redis's clock reads its now
 	}
 	v, err := gcra.Run(ctx, l.rdb,
-		[]string{redisKey(key), markerKey(key, "leased"), markerKey(key, "refused"), markerKey(key, "lease:"+id), markerKey(key, "credits"), markerKey(key, "handout")},
+		[]string{redisKey(key), markerKey(key, "leased"), markerKey(key, "refused"), markerKey(key, "lease:"+id), markerKey(key, "credits"), markerKey(key, "handout"),
+			markerKey(key, "grants"), markerKey(key, "givebacks")},
 		l.burst, periodSeconds, n, extra, l.reserve, l.leasedRemembered.Milliseconds(),
 		3*l.leasedRemembered.Milliseconds(), l.leaseKept.Milliseconds(), l.leaseFor.Milliseconds()).Slice()
 	if err != nil {
@@ -322,11 +318,13 @@ func markerKey(key, what string) string { return "{" + redisKey(key) + "}:" + wh
 // decided again after the leases before them (afterLeases) meet no lease
 // taken in between; a refusal with no lease remembered writes nothing. A
 // lease's own marker holds where its slots end (the state right after its
-// grant) and the key's give-back tally then, for its give-back.
+// grant), the key's give-back tally then, and the grant's place among the
+// key's leases (a counter), for its give-back.
 //
 // KEYS: the state, the key's lease marker, the refused marker, this
 // lease's own marker, the give-back tally, the latest hand-out end of the
-// key's leases. ARGV: burst (the hourly rate
+// key's leases, the leases' counter, the record of give-backs by place
+// (giveBack). ARGV: burst (the hourly rate
 // too), period (s), cost, lease, reserve, the key's lease marker's life
 // (ms), the refused marker's life (ms), the lease's own marker's life (ms),
 // leaseFor (ms).
@@ -379,7 +377,15 @@ elseif extra > 0 and redis.call("EXISTS", KEYS[3]) == 0 then
       redis.call("SET", KEYS[6], string.format("%.9f", handout), "PX", ARGV[9] + 1)
     end
     local tally = tonumber(redis.call("GET", KEYS[5]) or "0")
-    redis.call("SET", KEYS[4], string.format("%.9f %d", new_tat, tally), "PX", ARGV[8])
+    -- the grant's place among the key's leases; a counter that starts
+    -- afresh (no lease for twice leaseKept: every marker of the count
+    -- before is gone) starts the record of give-backs afresh too
+    local seq = redis.call("INCR", KEYS[7])
+    redis.call("PEXPIRE", KEYS[7], 2 * tonumber(ARGV[8]))
+    if seq == 1 then
+      redis.call("DEL", KEYS[8])
+    end
+    redis.call("SET", KEYS[4], string.format("%.9f %d %d", new_tat, tally, seq), "PX", ARGV[8])
     if tally > 0 and redis.call("PTTL", KEYS[5]) < 2 * tonumber(ARGV[8]) then
       redis.call("PEXPIRE", KEYS[5], 2 * tonumber(ARGV[8]))
     end
@@ -399,8 +405,11 @@ return {granted, math.max(math.floor((now - new_tat) / interval + burst), 0), re
 // back by that many intervals, as if they had never been spent. When
 // requests were spent since the grant, only the part GCRA has not refilled
 // yet: the unused requests are the lease's last slots, which end where its
-// own marker says, earlier by what leases gave back since its grant (the
-// tally's growth; counting later leases' too only gives back less). Slots
+// own marker says, earlier by what leases granted before it gave back since
+// its grant: the tally's growth, less what leases granted after it gave
+// back (their slots lie above its slots; the record of give-backs by place
+// says how much). Whatever that record misses counts as a move, which only
+// gives back less. Slots
 // behind the clock have refilled (the bucket was full at its burst when
 // those requests were spent): giving them back would allow more than the
 // budget. The slot the clock is in is not given back either: a key may
@@ -409,7 +418,9 @@ return {granted, math.max(math.floor((now - new_tat) / interval + burst), 0), re
 // lost (the key refused that much early, never allowed more). KEYS: the
 // state, the lease's own marker, the give-back tally, the latest hand-out
 // end of the key's leases (the clock is read as no earlier: a lease granted
-// since keeps its slots past its hand-out). ARGV: requests,
+// since keeps its slots past its hand-out), the record of give-backs by
+// place. A marker without a place (written before it was kept) counts
+// every give-back since as a move. ARGV: requests,
 // rate, period (s), the marker's life (ms; the tally lives twice that).
 var giveBack = redis.NewScript(giveBackSrc)
 
@@ -420,12 +431,25 @@ if not lease then
   return 0
 end
 redis.call("DEL", KEYS[2])
-local ends, tally = string.match(lease, "^(%S+) (%S+)$")
+local ends, tally, seq = string.match(lease, "^(%S+) (%S+) ?(%d*)$")
+seq = tonumber(seq)
 local interval = tonumber(ARGV[3]) / tonumber(ARGV[2])
 local given = tonumber(redis.call("GET", KEYS[3]) or "0") - tonumber(tally)
 if given < 0 then
   -- the tally started afresh: what moved since is not known
   return 0
+end
+if seq then
+  -- leases granted after this one hold slots above its slots: what they
+  -- gave back did not move them
+  local later = 0
+  for _, g in ipairs(redis.call("ZRANGEBYSCORE", KEYS[5], "(" .. seq, "+inf")) do
+    later = later + tonumber(string.match(g, ":(%d+)$"))
+  end
+  if later > given then
+    return 0 -- not the record this tally counted: what moved is not known
+  end
+  given = given - later
 end
 local tat = tonumber(redis.call("GET", KEYS[1]) or "0")
 ends = tonumber(ends) - given * interval
@@ -448,6 +472,14 @@ redis.call("INCRBY", KEYS[3], back)
 -- never shorter: a lease granted since counts on it
 if redis.call("PTTL", KEYS[3]) < 2 * tonumber(ARGV[4]) then
   redis.call("PEXPIRE", KEYS[3], 2 * tonumber(ARGV[4]))
+end
+if seq then
+  -- what each lease gave back, by its place, for the leases granted
+  -- before it; a record dropped (expired, or a thousand grants old) only
+  -- makes a give-back count another's as its own move, giving back less
+  redis.call("ZADD", KEYS[5], seq, seq .. ":" .. back)
+  redis.call("ZREMRANGEBYSCORE", KEYS[5], "-inf", "(" .. (seq - 1000))
+  redis.call("PEXPIRE", KEYS[5], 2 * tonumber(ARGV[4]))
 end
 return back
 `

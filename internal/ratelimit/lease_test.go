@@ -460,3 +460,35 @@ func leaseOf(t *testing.T, l *Limiter, key string, size, take int) {
 		}
 	}
 }
+
+// TestAnEarlierLeaseGivesBackAfterALaterOne: two replicas' leases, A
+// granted before B, give back in the other order (their calls crossing).
+// B's slots lie above A's, so B's give-back did not move A's, and A still
+// gives back its unused slots ahead of the clock: counting B's give-back
+// as a move of A's slots would read them as refilled and give back none.
+func TestAnEarlierLeaseGivesBackAfterALaterOne(t *testing.T) {
+	t.Parallel()
+	const limit = 3_600_000 // one request a millisecond; leases of up to 4,096
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	a, b := New(rdb, limit), New(rdb, limit)
+	key := payments.NewID("key_")
+	ra, err := a.spend(ctx, key, 1, 100)
+	if err != nil || ra.granted != 101 {
+		t.Fatalf("A: spend 1 and a lease of 100: got %+v, %v", ra, err)
+	}
+	rb, err := b.spend(ctx, key, 1, 100)
+	if err != nil || rb.granted != 101 {
+		t.Fatalf("B: spend 1 and a lease of 100: got %+v, %v", rb, err)
+	}
+	if n, err := b.giveBack(key, rb.lease, 100); err != nil || n != 100 {
+		t.Fatalf("B gives back its 100 first: got %d, %v; want 100 (nothing spent since its grant)", n, err)
+	}
+	// A's slots end about 125 ms ahead of its grant, B's hand-out about 25
+	// ms: about 100 of them lie ahead of both.
+	n, err := a.giveBack(key, ra.lease, 100)
+	if err != nil || n < 50 || n > 100 {
+		t.Errorf("A gives back its 100 after B: got %d, %v; want its slots ahead of B's hand-out (about 100)", n, err)
+	}
+	t.Logf("A gave back %d", n)
+}
