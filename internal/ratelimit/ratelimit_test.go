@@ -179,9 +179,13 @@ func TestSameKeyChecksDecidedTogether(t *testing.T) {
 	l := ratelimit.New(rdb, 1000)
 	key := payments.NewID("key_")
 	results := checkAtOnce(t, l, key, 300)
+	// Each call may also lease up to a hundredth of the hour (10) ahead,
+	// and a lease that ended before its budget was handed out is given
+	// back a moment later: until then it is spent.
+	least := 700 - 10*int(calls.n.Load())
 	for _, res := range results {
-		if !res.Allowed || res.Remaining < 700 || res.Remaining > 999 {
-			t.Fatalf("got %+v; want allowed with 700 to 999 remaining", res)
+		if !res.Allowed || res.Remaining < least || res.Remaining > 999 {
+			t.Fatalf("got %+v; want allowed with %d to 999 remaining (%d script calls)", res, least, calls.n.Load())
 		}
 	}
 	if got := calls.n.Load(); got >= 300 {
