@@ -32,10 +32,7 @@ func TestARefusalHeldForLeasesIsAnsweredInTime(t *testing.T) {
 		SetLeaseTimes(a, leaseFor, remembered, leaseKept)
 		// a spends 1 and leases 10, and hands the lease out; the rest is
 		// spent check by check.
-		r, err := a.spend(ctx, key, 1, 10)
-		if err != nil || r.granted != 11 {
-			t.Fatalf("spend with a lease: got %+v, %v; want 11 granted", r, err)
-		}
+		grant(t, a, key, 10)
 		if r, err := a.spend(ctx, key, limit-11, 0); err != nil || r.granted != limit-11 {
 			t.Fatalf("spend the rest: got %+v, %v", r, err)
 		}
@@ -65,9 +62,7 @@ func TestARefusalKeepsLeasesOff(t *testing.T) {
 	l := New(rdb, limit)
 	l.reserve = 0                                              // leases whatever is left
 	SetLeaseTimes(l, leaseFor, 30*time.Millisecond, leaseKept) // refusals keep leases off for 90 ms
-	if r, err := l.spend(ctx, key, 1, 10); err != nil || r.granted != 11 {
-		t.Fatalf("spend 1 and a lease of 10: got %+v, %v", r, err)
-	}
+	grant(t, l, key, 10)
 	if r, err := l.spend(ctx, key, limit-12, 0); err != nil || r.granted != limit-12 {
 		t.Fatalf("spend all but 1: got %+v, %v", r, err)
 	}
@@ -104,10 +99,7 @@ func TestALateGiveBackIsDropped(t *testing.T) {
 	rdb := testenv.Redis(t)
 	a := New(rdb, limit)
 	SetLeaseTimes(a, 300*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond) // given back 200 ms late
-	r, err := a.spend(ctx, key, 1, 10)
-	if err != nil || r.granted != 11 {
-		t.Fatalf("spend with a lease: got %+v, %v; want 11 granted", r, err)
-	}
+	r := grant(t, a, key, 10)
 	a.lend(key, 10, r.remaining, r.lease, r.until)
 	if err := rdb.Del(ctx, redisKey(key)).Err(); err != nil {
 		t.Fatal(err)
@@ -119,13 +111,10 @@ func TestALateGiveBackIsDropped(t *testing.T) {
 	time.Sleep(250 * time.Millisecond)
 	// b leases just before a's give-back: the key's lease is remembered
 	// when it comes. b's own give-back, in time, counts.
-	r, err = b.spend(ctx, key, 1, 10)
-	if err != nil || r.granted != 11 {
-		t.Fatalf("b's spend with a lease: got %+v, %v; want 11 granted", r, err)
-	}
+	r = grant(t, b, key, 10)
 	b.lend(key, 10, r.remaining, r.lease, r.until)
 	time.Sleep(300 * time.Millisecond) // both leases end and give back 10
-	r, err = b.spend(ctx, key, 1, 0)
+	r, err := b.spend(ctx, key, 1, 0)
 	if want := limit - 52; err != nil || r.remaining != want {
 		t.Errorf("one more after both give-backs: got %+v, %v; want %d remaining (a's late 10 dropped, b's counted)", r, err, want)
 	}
@@ -144,9 +133,7 @@ func TestHeldRefusalsOnASlowRedis(t *testing.T) {
 	b := New(slowRedis(t, 75*time.Millisecond), limit)
 	a := New(testenv.Redis(t), limit)
 	SetLeaseTimes(a, leaseFor, 20*time.Millisecond, leaseKept) // held (75+20+40 < 150 ms), its second decision past the deadline (75+20+75)
-	if r, err := a.spend(ctx, key, 1, 10); err != nil || r.granted != 11 {
-		t.Fatalf("spend with a lease: got %+v, %v", r, err)
-	}
+	grant(t, a, key, 10)
 	if r, err := a.spend(ctx, key, limit-11, 0); err != nil || r.granted != limit-11 {
 		t.Fatalf("spend the rest: got %+v, %v", r, err)
 	}
@@ -168,9 +155,7 @@ func TestCrossingTheLimitWhileLeased(t *testing.T) {
 	key := payments.NewID("key_")
 	a := New(testenv.Redis(t), limit)
 	SetLeaseTimes(a, leaseFor, time.Second, 2*time.Second) // remembered longer than b's callers wait
-	if r, err := a.spend(ctx, key, 1, 10); err != nil || r.granted != 11 {
-		t.Fatalf("spend with a lease: got %+v, %v", r, err)
-	}
+	grant(t, a, key, 10)
 	if r, err := a.spend(ctx, key, limit-61, 0); err != nil || r.granted != limit-61 {
 		t.Fatalf("spend all but 50: got %+v, %v", r, err)
 	}
@@ -244,10 +229,7 @@ func TestAGiveBackReturnsOnlyWhatHasNotRefilled(t *testing.T) {
 	key := payments.NewID("key_")
 	rdb := testenv.Redis(t)
 	a := New(rdb, limit)
-	r, err := a.spend(ctx, key, 1, 100) // the lease's slots end 35 ms from now
-	if err != nil || r.granted != 101 {
-		t.Fatalf("spend 1 and a lease of 100: got %+v, %v", r, err)
-	}
+	r := grant(t, a, key, 100) // the lease's slots end 35 ms from now
 	time.Sleep(50 * time.Millisecond)
 	if r, err := New(testenv.Redis(t), limit).spend(ctx, key, 5000, 0); err != nil || r.granted != 5000 {
 		t.Fatalf("spend 5000: got %+v, %v", r, err)
@@ -276,10 +258,7 @@ func TestALeaseIsChargedPastItsHandOut(t *testing.T) {
 	ctx := context.Background()
 	key := payments.NewID("key_")
 	a := New(testenv.Redis(t), limit)
-	r, err := a.spend(ctx, key, 1, 100)
-	if err != nil || r.granted != 101 {
-		t.Fatalf("spend 1 and a lease of 100: got %+v, %v", r, err)
-	}
+	r := grant(t, a, key, 100)
 	a.lend(key, 100, r.remaining, r.lease, r.until)
 	time.Sleep(15 * time.Millisecond) // a bucket charged at the grant has refilled
 	used := 0
@@ -313,15 +292,9 @@ func TestAGiveBackLeavesALiveLeaseInPlace(t *testing.T) {
 	key := payments.NewID("key_")
 	a := New(testenv.Redis(t), limit)
 	b := New(testenv.Redis(t), limit)
-	ra, err := a.spend(ctx, key, 1, 100) // slots from 25 ms
-	if err != nil || ra.granted != 101 {
-		t.Fatalf("a: spend 1 and a lease of 100: got %+v, %v", ra, err)
-	}
+	ra := grant(t, a, key, 100) // slots from 25 ms
 	time.Sleep(12 * time.Millisecond)
-	rb, err := b.spend(ctx, key, 1, 100) // slots from 37 ms
-	if err != nil || rb.granted != 101 {
-		t.Fatalf("b: spend 1 and a lease of 100: got %+v, %v", rb, err)
-	}
+	rb := grant(t, b, key, 100) // slots from 37 ms
 	b.lend(key, 100, rb.remaining, rb.lease, rb.until)
 	time.Sleep(time.Until(ra.until))
 	if _, err := a.giveBack(key, ra.lease, 100); err != nil { // a's lease ends unused
@@ -371,10 +344,7 @@ func TestCloseGivesBackItsLeases(t *testing.T) {
 	}
 	key, late := payments.NewID("key_"), payments.NewID("key_")
 	leaseOf(t, l, key, 300, 100)
-	rl, err := l.spend(ctx, late, 1, 50)
-	if err != nil || rl.granted != 51 {
-		t.Fatalf("spend 1 and a lease of 50: got %+v, %v", rl, err)
-	}
+	rl := grant(t, l, late, 50)
 	before, beforeLate := tat(key), tat(late)
 
 	l.Close()
@@ -449,10 +419,7 @@ func TestAnOldLeaseIsForgotten(t *testing.T) {
 // the lease, and hand out take of it.
 func leaseOf(t *testing.T, l *Limiter, key string, size, take int) {
 	t.Helper()
-	r, err := l.spend(context.Background(), key, 1, size)
-	if err != nil || r.granted != size+1 {
-		t.Fatalf("spend 1 and a lease of %d: got %+v, %v", size, r, err)
-	}
+	r := grant(t, l, key, size)
 	l.lend(key, size, r.remaining, r.lease, r.until)
 	for i := range take {
 		if _, ok := l.fromLease(key); !ok {
@@ -469,18 +436,11 @@ func leaseOf(t *testing.T, l *Limiter, key string, size, take int) {
 func TestAnEarlierLeaseGivesBackAfterALaterOne(t *testing.T) {
 	t.Parallel()
 	const limit = 3_600_000 // one request a millisecond; leases of up to 4,096
-	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	a, b := New(rdb, limit), New(rdb, limit)
 	key := payments.NewID("key_")
-	ra, err := a.spend(ctx, key, 1, 100)
-	if err != nil || ra.granted != 101 {
-		t.Fatalf("A: spend 1 and a lease of 100: got %+v, %v", ra, err)
-	}
-	rb, err := b.spend(ctx, key, 1, 100)
-	if err != nil || rb.granted != 101 {
-		t.Fatalf("B: spend 1 and a lease of 100: got %+v, %v", rb, err)
-	}
+	ra := grant(t, a, key, 100)
+	rb := grant(t, b, key, 100)
 	if n, err := b.giveBack(key, rb.lease, 100); err != nil || n != 100 {
 		t.Fatalf("B gives back its 100 first: got %d, %v; want 100 (nothing spent since its grant)", n, err)
 	}
@@ -491,4 +451,15 @@ func TestAnEarlierLeaseGivesBackAfterALaterOne(t *testing.T) {
 		t.Errorf("A gives back its 100 after B: got %d, %v; want its slots ahead of B's hand-out (about 100)", n, err)
 	}
 	t.Logf("A gave back %d", n)
+}
+
+// grant has l spend one check of key and a lease of size beside it, and
+// returns Redis's reply.
+func grant(t *testing.T, l *Limiter, key string, size int) spent {
+	t.Helper()
+	r, err := l.spend(context.Background(), key, 1, size)
+	if err != nil || r.granted != size+1 {
+		t.Fatalf("spend 1 and a lease of %d: got %+v, %v", size, r, err)
+	}
+	return r
 }
