@@ -64,8 +64,9 @@ func (c *Call[In, Out]) Answer(out Out, err error) {
 // runner goroutine would cost a start and two wake-ups for a caller that
 // waits anyway; that is every call at low load, and every call of a queue
 // whose caller mostly makes one at a time (the limiter's runner, for its
-// Redis calls; its held refusals and give-backs call it too). Calls made meanwhile queue behind it as behind any run, and go
-// together from a runner once it ends.
+// Redis calls; its held refusals and give-backs call it too). Calls made
+// meanwhile queue behind it as behind any run, and go together from a
+// runner once it ends.
 func (q *Queue[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	c := newCall[In, Out](ctx, in)
 	q.mu.Lock()

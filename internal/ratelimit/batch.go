@@ -13,18 +13,18 @@ import (
 // EVALSHAs of concurrent checks travel together, as one pipeline in one
 // round trip. Different keys decided at once are gathered (gathering);
 // checks decided again after leases, and leases' give-backs, queue while
-// the previous pipeline is in Redis. Each EVALSHA still runs alone and atomically in
-// Redis, in arrival order; only the round trips and their system calls are
-// shared.
+// the previous pipeline is in Redis. Each EVALSHA still runs alone and
+// atomically in Redis, in arrival order; only the round trips and their
+// system calls are shared.
 //
 // A caller whose call is queued waits for its own reply or its context,
 // whichever comes first; a call that finds the queue idle runs on its
 // caller's goroutine, where go-redis, once it has sent a command, waits
 // for the reply until its ReadTimeout whatever the context (as for a plain
 // command). The limiter's budget on a request is kept by the caller's own
-// wait (groupcommit's Wait), and held refusals by timers (afterLeases). Every other
-// command (the script's EVAL after NOSCRIPT, DEL of Reset) goes straight
-// to the client.
+// wait (groupcommit's Wait), and held refusals by timers (afterLeases).
+// Every other command (the script's EVAL after NOSCRIPT, DEL of Reset) goes
+// straight to the client.
 type batcher struct {
 	redis.UniversalClient
 	q groupcommit.Queue[evalArgs, *redis.Cmd]

@@ -46,8 +46,8 @@ import (
 // most the leases outstanding, a hundredth of the hour per replica, and
 // only as the key crosses its limit):
 //   - a lease held by a replica that dies (one that stops gives its leases
-//     back at once, Close), or whose give-back reaches Redis
-//     later than leaseKept, or whose grant's reply was given up on;
+//     back at once, Close), or whose give-back reaches Redis later than
+//     leaseKept, or whose grant's reply was given up on;
 //   - with requests spent since its grant, the one slot of a lease the
 //     clock is in when it is given back, and the slots another lease still
 //     handing out needs kept (giveBack);
@@ -95,7 +95,9 @@ type lease struct {
 	remaining int // the key's budget left in Redis after the lease was taken
 	size      int
 	ended     bool
-	until     time.Time // hands out no later: leaseFor after the grant's call was made, before Redis read its clock
+	// until is when it stops handing out: leaseFor after its grant's call
+	// was made, before Redis read its clock.
+	until time.Time
 }
 
 // take hands out one request of the lease's budget, if any is left.
@@ -324,10 +326,9 @@ func markerKey(key, what string) string { return "{" + redisKey(key) + "}:" + wh
 // KEYS: the state, the key's lease marker, the refused marker, this
 // lease's own marker, the give-back tally, the latest hand-out end of the
 // key's leases, the leases' counter, the record of give-backs by place
-// (giveBack). ARGV: burst (the hourly rate
-// too), period (s), cost, lease, reserve, the key's lease marker's life
-// (ms), the refused marker's life (ms), the lease's own marker's life (ms),
-// leaseFor (ms).
+// (giveBack). ARGV: burst (the hourly rate too), period (s), cost, lease,
+// reserve, the key's lease marker's life (ms), the refused marker's life
+// (ms), the lease's own marker's life (ms), leaseFor (ms).
 // Reply: granted, remaining, retry after (µs) and the key's lease marker's
 // PTTL (ms; -2: none) when some were refused.
 var gcra = redis.NewScript(`
@@ -420,8 +421,8 @@ return {granted, math.max(math.floor((now - new_tat) / interval + burst), 0), re
 // end of the key's leases (the clock is read as no earlier: a lease granted
 // since keeps its slots past its hand-out), the record of give-backs by
 // place. A marker without a place (written before it was kept) counts
-// every give-back since as a move. ARGV: requests,
-// rate, period (s), the marker's life (ms; the tally lives twice that).
+// every give-back since as a move. ARGV: requests, rate, period (s), the
+// marker's life (ms; the tally lives twice that).
 var giveBack = redis.NewScript(giveBackSrc)
 
 const giveBackSrc = `

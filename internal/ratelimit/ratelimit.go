@@ -21,10 +21,8 @@ import (
 // Limiter allows perHour requests per key per rolling hour.
 type Limiter struct {
 	rdb   *batcher
-	burst int // the hourly budget, spendable at once
-	// interval is GCRA's emission interval: one request refills in it.
-	interval time.Duration
-	q        groupcommit.Queue[string, Result] // checks by their key
+	burst int                               // the hourly budget, spendable at once
+	q     groupcommit.Queue[string, Result] // checks by their key
 	// refused holds, per key this process saw refused, until when that
 	// refusal's RetryAfter runs (Refusing).
 	refused sync.Map // key → time.Time
@@ -46,9 +44,8 @@ type Limiter struct {
 // budget (lease.go).
 func New(rdb redis.UniversalClient, perHour int) *Limiter {
 	l := &Limiter{
-		rdb:      newBatcher(rdb),
-		burst:    perHour,
-		interval: time.Hour / time.Duration(max(perHour, 1)),
+		rdb:   newBatcher(rdb),
+		burst: perHour,
 	}
 	l.q.Run = l.coalesce
 	l.sizeLeases(perHour)
@@ -195,7 +192,12 @@ func (l *Limiter) decide(cs []*check, g *gathering) {
 		go l.afterLeases(refused, res)
 		return
 	}
-	for i := n - len(refused); i < n; i++ {
+	l.refuse(n-len(refused), n, res, answer)
+}
+
+// refuse answers the checks numbered from up to to with res's refusal.
+func (l *Limiter) refuse(from, to int, res spent, answer func(int, Result, error)) {
+	for i := from; i < to; i++ {
 		answer(i, Result{Limit: l.burst, RetryAfter: res.retryAfter}, nil)
 	}
 }
@@ -272,9 +274,7 @@ func (l *Limiter) afterLeases(cs []*check, refused spent) {
 		return
 	}
 	rest := l.allow(waiting, res, answer)
-	for i := len(waiting) - len(rest); i < len(waiting); i++ {
-		answer(i, Result{Limit: l.burst, RetryAfter: res.retryAfter}, nil)
-	}
+	l.refuse(len(waiting)-len(rest), len(waiting), res, answer)
 }
 
 // A refusal held for leases (afterLeases) is decided again only if its
