@@ -117,6 +117,7 @@ LOADGEN=(bin/loadgen)
 QUIESCE=1
 WORKER_PID=""
 SCHEDULER_PID=""
+BARE_PID=""
 # failover's Redis servers and sentinels, pooled's PgBouncer directory.
 SENTINEL_PIDS=()
 POOLER_DIR=""
@@ -132,6 +133,7 @@ cleanup() {
 	((${#SENTINEL_PIDS[@]})) && kill "${SENTINEL_PIDS[@]}" 2>/dev/null || true
 	[[ -n $POOLER_DIR ]] && PGBOUNCER_DIR=$POOLER_DIR bash deploy/local/pgbouncer.sh stop 2>/dev/null || true
 	[[ -n $WORKER_PID ]] && kill -KILL "$WORKER_PID" 2>/dev/null || true
+	[[ -n $BARE_PID ]] && kill -KILL "$BARE_PID" 2>/dev/null || true
 	[[ -n $SCHEDULER_PID ]] && kill -KILL "$SCHEDULER_PID" 2>/dev/null || true
 	if [[ -n "$API_PID" ]] && kill -0 "$API_PID" 2>/dev/null; then
 		kill -TERM "$API_PID" 2>/dev/null || true
@@ -199,6 +201,7 @@ prepare() {
 	for b in api worker scheduler; do [[ -x bin/$b ]] || die "make build did not produce bin/$b"; done
 	go build -o bin/loadgen ./internal/tools/loadgen
 	go build -o bin/stallprobe ./internal/tools/stallprobe
+	go build -o bin/barehandler ./internal/tools/barehandler
 
 	log "database $BENCH_DB"
 	psql "$BENCH_PG/postgres?sslmode=disable" -X -q -v ON_ERROR_STOP=1 \
@@ -360,6 +363,47 @@ measure() {
 	"${LOADGEN[@]}" "$@" -timeline "$tl" |
 		jq -c --arg kind "$kind" --arg ref "$ref" --arg tl "$tl" \
 			'. + {scenario:.name, kind:$kind, ref:$ref, timeline:$tl}' | tee -a "$RESULTS" >&2
+}
+
+# bare_floor: the floor under GET by id, internal/tools/barehandler: a Gin
+# engine with that one route and no middleware (no request id, metrics,
+# gate, authentication, rate limit), on the same database, ids and
+# connections, closed model only: first reading through the API's store
+# (concurrent reads share one statement), then with one prepared SELECT per
+# request. The API's GET beside it is what the API's own work costs.
+BARE_STORE="GET /v1/products/{id}: bare Gin handler, the API's store"
+BARE_PLAIN="GET /v1/products/{id}: bare Gin handler, one SELECT a request"
+bare_floor() {
+	local mode name port
+	port=$(free_port)
+	for mode in store plain; do
+		name=$BARE_STORE
+		[[ $mode == plain ]] && name=$BARE_PLAIN
+		bin/barehandler -addr "127.0.0.1:$port" -merchant "$MERCHANT" -read "$mode" >"$OUT/bare-$mode.log" 2>&1 &
+		BARE_PID=$!
+		for _ in $(seq 100); do
+			curl -s -o /dev/null "http://127.0.0.1:$port/v1/products/x" && break
+			kill -0 "$BARE_PID" 2>/dev/null || { cat "$OUT/bare-$mode.log" >&2; die "bin/barehandler exited"; }
+			sleep 0.1
+		done
+		log "api: $name ($BENCH_CONNS connections, closed)"
+		quiesce
+		measure closed select -name "$name" -method GET -url "http://127.0.0.1:$port/v1/products/{id}" -ids "$IDS" \
+			-warmup "${WARM}s" -duration "${SECS}s" -json -conns "$BENCH_CONNS"
+		kill -TERM "$BARE_PID" 2>/dev/null || true
+		wait "$BARE_PID" 2>/dev/null || true
+		BARE_PID=""
+	done
+}
+
+# bare_comparison: the API's GET by id against the bare handlers' (one line).
+bare_comparison() {
+	jq -rs --arg api "GET /v1/products/{id}" --arg store "$BARE_STORE" --arg plain "$BARE_PLAIN" '
+	  (map(select(.kind == "closed")) | map({key: .scenario, value: .rps}) | from_entries) as $c
+	  | if $c[$api] and $c[$store] and $c[$plain] then
+	      "GET by id vs a bare Gin handler on the same load (no middleware; internal/tools/barehandler): \($c[$api] / $c[$store] * 100 | round)% of its throughput when it reads through the API'"'"'s store, \($c[$api] / $c[$plain] * 100 | round)% when it runs one SELECT a request."
+	    else empty end
+	' "$RESULTS"
 }
 
 # scale_lists: a merchant with BENCH_SCALE_ROWS customers and as many
@@ -1067,6 +1111,7 @@ report() {
 	aims=$(aims_table)
 	detail=$(detail_table)
 	cmp=$(list_comparison "${LIST_BIG:-}" "${LIST_SMALL:-}")
+	cmp+=$'\n'$(bare_comparison)
 	if [[ -n ${EVENTS_BIG:-} ]]; then
 		cmp+=$'\n'$(list_comparison "$EVENTS_BIG" "$EVENTS_SMALL" "Event list page")
 		local q
@@ -1671,6 +1716,7 @@ main_scenarios() {
 	scenario "POST /v1/products + Idempotency-Key" POST /v1/products "$product" insert \
 		-H 'Idempotency-Key: bench-{run}-{n}'
 	scenario "GET /v1/products/{id}" GET '/v1/products/{id}' "" select
+	bare_floor
 	scenario "$LIST_BIG" GET '/v1/products?limit=10' "" page
 	SCENARIO_KEY=$KEY_1K scenario "$LIST_SMALL" GET '/v1/products?limit=10' "" page
 
