@@ -85,6 +85,13 @@ func (s *Server) limitBody(c *gin.Context) {
 		s.abortWith(c, payments.PayloadTooLarge, "Request body exceeds 1 MiB.")
 		return
 	}
+	// A request without a body (net/http's NoBody: every GET the API
+	// serves) keeps it, so the gate sees there is nothing to read instead
+	// of reading and keeping an empty body on each of them.
+	if c.Request.Body == nil || c.Request.Body == http.NoBody {
+		c.Next()
+		return
+	}
 	// MaxBytesReader tells net/http the limit was hit only through its own
 	// ResponseWriter; then the server answers at once and closes, instead of
 	// first reading on to drain the rest of a chunked body.
