@@ -1,7 +1,10 @@
 package httpapi
 
 import (
+	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -30,10 +33,84 @@ var (
 func metrics(c *gin.Context) {
 	start := time.Now()
 	c.Next()
-	route := c.FullPath()
+	route, method := c.FullPath(), c.Request.Method
 	if route == "" {
 		route = "unmatched"
+		if !knownMethods[method] {
+			method = "other" // a client's method must not become a label value
+		}
 	}
-	requestsTotal.WithLabelValues(c.Request.Method, route, strconv.Itoa(c.Writer.Status())).Inc()
-	requestSeconds.WithLabelValues(c.Request.Method, route).Observe(time.Since(start).Seconds())
+	m := routeMetricsOf(method, route)
+	m.counter(c.Writer.Status()).Inc()
+	m.seconds.Observe(time.Since(start).Seconds())
+}
+
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true, http.MethodPatch: true,
+	http.MethodDelete: true, http.MethodConnect: true, http.MethodOptions: true, http.MethodTrace: true,
+}
+
+// A route's series are looked up once: WithLabelValues hashes every label
+// value on each call, twice a request. The lookup itself allocates nothing
+// and takes no lock: the table is replaced whole when a route is first
+// seen (a few dozen times in a process's life).
+type routeKey struct{ method, route string }
+
+type routeMetrics struct {
+	key     routeKey
+	seconds prometheus.Observer
+	// byStatus holds the requests counter of each status (100–599)
+	// answered on the route so far.
+	byStatus [600]atomic.Pointer[prometheus.Counter]
+}
+
+var (
+	routesMu sync.Mutex // serialises the table's replacement
+	routes   atomic.Pointer[map[routeKey]*routeMetrics]
+)
+
+func routeMetricsOf(method, route string) *routeMetrics {
+	k := routeKey{method, route}
+	if t := routes.Load(); t != nil {
+		if m, ok := (*t)[k]; ok {
+			return m
+		}
+	}
+	routesMu.Lock()
+	defer routesMu.Unlock()
+	old := routes.Load()
+	if old != nil {
+		if m, ok := (*old)[k]; ok {
+			return m
+		}
+	}
+	m := &routeMetrics{key: k, seconds: requestSeconds.WithLabelValues(method, route)}
+	t := make(map[routeKey]*routeMetrics, 1+len(ptrMap(old)))
+	for k, v := range ptrMap(old) {
+		t[k] = v
+	}
+	t[k] = m
+	routes.Store(&t)
+	return m
+}
+
+func ptrMap(p *map[routeKey]*routeMetrics) map[routeKey]*routeMetrics {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func (m *routeMetrics) counter(status int) prometheus.Counter {
+	if status < 100 || status >= len(m.byStatus) {
+		return requestsTotal.WithLabelValues(m.key.method, m.key.route, strconv.Itoa(status))
+	}
+	if c := m.byStatus[status].Load(); c != nil {
+		return *c
+	}
+	// Two requests may both get here: WithLabelValues returns the same
+	// series to each.
+	c := requestsTotal.WithLabelValues(m.key.method, m.key.route, strconv.Itoa(status))
+	m.byStatus[status].Store(&c)
+	return c
 }
