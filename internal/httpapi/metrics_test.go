@@ -91,6 +91,14 @@ func TestRequestMetricsByRouteTemplate(t *testing.T) {
 	const route = "/v1/products/:id"
 	ok0, missing0, timed0 := count("GET", route, "200"), count("GET", route, "404"), timed("GET", route)
 	other0 := count("other", "unmatched", "404")
+	// Two methods of one route are two series.
+	listed0, posted0 := count("GET", "/v1/products", "200"), count("POST", "/v1/products", "200")
+	if r := h.do("GET", "/v1/products", key, nil); r.Status != 200 {
+		t.Fatalf("list: %d %s", r.Status, r.Raw)
+	}
+	if r := h.do("POST", "/v1/products", key, map[string]any{"name": "Counted too"}); r.Status != 200 {
+		t.Fatalf("create: %d %s", r.Status, r.Raw)
+	}
 
 	for range 3 {
 		if r := h.do("GET", "/v1/products/"+p.ID, key, nil); r.Status != 200 {
@@ -126,6 +134,12 @@ func TestRequestMetricsByRouteTemplate(t *testing.T) {
 	}
 	if d := count("other", "unmatched", "404") - other0; d < 1 {
 		t.Errorf("unknown method: counted %v more as other/unmatched, sent 1", d)
+	}
+	if d := count("GET", "/v1/products", "200") - listed0; d < 1 {
+		t.Errorf("GET /v1/products 200: counted %v more, sent 1", d)
+	}
+	if d := count("POST", "/v1/products", "200") - posted0; d < 1 {
+		t.Errorf("POST /v1/products 200: counted %v more, sent 1", d)
 	}
 	if labelValues(t, "paysvc_http_requests_total", "method")["PAYSVCTEST"] {
 		t.Error("a client's method became a label value")
