@@ -370,7 +370,8 @@ measure() {
 # gate, authentication, rate limit), on the same database, ids and
 # connections, closed model only: first reading through the API's store
 # (concurrent reads share one statement), then with one prepared SELECT per
-# request. The API's GET beside it is what the API's own work costs.
+# request (Store.ProductUnshared), each on bin/api's pool size. The API's
+# GET beside it is what the API's own work costs.
 BARE_STORE="GET /v1/products/{id}: bare Gin handler, the API's store"
 BARE_PLAIN="GET /v1/products/{id}: bare Gin handler, one SELECT a request"
 bare_floor() {
@@ -381,11 +382,14 @@ bare_floor() {
 		[[ $mode == plain ]] && name=$BARE_PLAIN
 		bin/barehandler -addr "127.0.0.1:$port" -merchant "$MERCHANT" -read "$mode" >"$OUT/bare-$mode.log" 2>&1 &
 		BARE_PID=$!
+		local code=""
 		for _ in $(seq 100); do
-			curl -s -o /dev/null "http://127.0.0.1:$port/v1/products/x" && break
+			code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/products/$(head -n 1 "$IDS")" || true)
+			[[ $code == 200 ]] && break
 			kill -0 "$BARE_PID" 2>/dev/null || { cat "$OUT/bare-$mode.log" >&2; die "bin/barehandler exited"; }
 			sleep 0.1
 		done
+		[[ $code == 200 ]] || { cat "$OUT/bare-$mode.log" >&2; die "bin/barehandler answered $code, not 200, for a seeded product"; }
 		log "api: $name ($BENCH_CONNS connections, closed)"
 		quiesce
 		measure closed select -name "$name" -method GET -url "http://127.0.0.1:$port/v1/products/{id}" -ids "$IDS" \
@@ -400,7 +404,7 @@ bare_floor() {
 bare_comparison() {
 	jq -rs --arg api "GET /v1/products/{id}" --arg store "$BARE_STORE" --arg plain "$BARE_PLAIN" '
 	  (map(select(.kind == "closed")) | map({key: .scenario, value: .rps}) | from_entries) as $c
-	  | if $c[$api] and $c[$store] and $c[$plain] then
+	  | if $c[$api] and ($c[$store] // 0) > 0 and ($c[$plain] // 0) > 0 then
 	      "GET by id vs a bare Gin handler on the same load (no middleware; internal/tools/barehandler): \($c[$api] / $c[$store] * 100 | round)% of its throughput when it reads through the API'"'"'s store, \($c[$api] / $c[$plain] * 100 | round)% when it runs one SELECT a request."
 	    else empty end
 	' "$RESULTS"
@@ -1111,7 +1115,9 @@ report() {
 	aims=$(aims_table)
 	detail=$(detail_table)
 	cmp=$(list_comparison "${LIST_BIG:-}" "${LIST_SMALL:-}")
-	cmp+=$'\n'$(bare_comparison)
+	local bare
+	bare=$(bare_comparison)
+	[[ -z $bare ]] || cmp+=$'\n'$bare
 	if [[ -n ${EVENTS_BIG:-} ]]; then
 		cmp+=$'\n'$(list_comparison "$EVENTS_BIG" "$EVENTS_SMALL" "Event list page")
 		local q

@@ -53,6 +53,13 @@ func (s *Store) productAlone(ctx context.Context, k productKey) (payments.Produc
 	return s.product(ctx, &s.q, k.sc, k.id, productByID)
 }
 
+// ProductUnshared reads one product with a statement of its own, however
+// many reads run beside it: what Product did before reads were shared. The
+// bench's floor (internal/tools/barehandler) measures a handler with it.
+func (s *Store) ProductUnshared(ctx context.Context, sc payments.Scope, id string) (payments.Product, error) {
+	return s.productAlone(ctx, productKey{sc, id})
+}
+
 // productsByKeys reads the products of (merchant, livemode, id) keys, each
 // row with its key's ordinal. A key with no product has no row.
 const productsByKeys = `SELECT k.i, ` + productCols + `

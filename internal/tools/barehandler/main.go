@@ -8,15 +8,15 @@
 // API's ratio to it is what the API's own work costs.
 //
 // -read store reads through postgres.Store.Product, as the API does
-// (concurrent reads share one statement); -read plain runs one prepared
-// single-row SELECT per request, as a first handler would.
+// (concurrent reads share one statement); -read plain through
+// Store.ProductUnshared, the same prepared single-row SELECT the API ran
+// before reads were shared, one a request, as a first handler would.
 //
 // It serves the bench only: no key is checked, so it listens on loopback.
 package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -39,7 +39,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:18090", "listen address (loopback)")
 	merchant := flag.String("merchant", "", "the merchant whose test-mode products are read")
 	read := flag.String("read", "store", "store: postgres.Store.Product, as the API; plain: one prepared SELECT per request")
-	conns := flag.Int("db-conns", 20, "PostgreSQL connections (the API's default pool)")
+	conns := flag.Int("db-conns", 64, "PostgreSQL connections (bin/api serve's pool)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *merchant == "" || (*read != "store" && *read != "plain") {
@@ -68,35 +68,24 @@ func main() {
 	defer db.Close()
 	sc := payments.Scope{MerchantID: *merchant}
 
-	get := postgres.New(db).Product
+	store := postgres.New(db)
+	get := store.Product
 	if *read == "plain" {
-		stmt, err := db.PrepareContext(ctx, `SELECT p.id, p.name, p.active, p.created_at, dp.id, dp.amount, dp.currency
-			FROM products p LEFT JOIN prices dp ON dp.id = p.default_price_id
-			WHERE p.merchant_id = $1 AND p.livemode = $2 AND p.id = $3`)
-		if err != nil {
-			log.Fatal(err)
-		}
-		get = func(ctx context.Context, sc payments.Scope, id string) (payments.Product, error) {
-			var p payments.Product
-			var priceID, currency sql.NullString
-			var amount sql.NullInt64
-			err := stmt.QueryRowContext(ctx, sc.MerchantID, sc.Live, id).Scan(&p.ID, &p.Name, &p.Active, &p.Created, &priceID, &amount, &currency)
-			if errors.Is(err, sql.ErrNoRows) {
-				return p, payments.NotFound(payments.ProductNotFound, id)
-			}
-			if priceID.Valid {
-				p.DefaultPrice = &payments.Price{ID: priceID.String, ProductID: p.ID, Amount: amount.Int64, Currency: currency.String}
-			}
-			return p, err
-		}
+		get = store.ProductUnshared
 	}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.GET("/v1/products/:id", func(c *gin.Context) {
 		p, err := get(c.Request.Context(), sc, c.Param("id"))
-		if err != nil {
+		var pe *payments.Error
+		switch {
+		case errors.As(err, &pe) && pe.Code == payments.ProductNotFound:
 			c.Data(http.StatusNotFound, "application/json; charset=utf-8", []byte(`{"error":{"code":"product_not_found"}}`))
+			return
+		case err != nil:
+			log.Printf("barehandler: %v", err)
+			c.Data(http.StatusInternalServerError, "application/json; charset=utf-8", []byte(`{"error":{"code":"internal_error"}}`))
 			return
 		}
 		b, _ := json.Marshal(struct {
