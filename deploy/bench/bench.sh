@@ -375,14 +375,14 @@ measure() {
 BARE_STORE="GET /v1/products/{id}: bare Gin handler, the API's store"
 BARE_PLAIN="GET /v1/products/{id}: bare Gin handler, one SELECT a request"
 bare_floor() {
-	local mode name port
+	local mode name port code
 	port=$(free_port)
 	for mode in store plain; do
 		name=$BARE_STORE
 		[[ $mode == plain ]] && name=$BARE_PLAIN
 		bin/barehandler -addr "127.0.0.1:$port" -merchant "$MERCHANT" -read "$mode" >"$OUT/bare-$mode.log" 2>&1 &
 		BARE_PID=$!
-		local code=""
+		code=""
 		for _ in $(seq 100); do
 			code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/products/$(head -n 1 "$IDS")" || true)
 			[[ $code == 200 ]] && break
@@ -1115,9 +1115,7 @@ report() {
 	aims=$(aims_table)
 	detail=$(detail_table)
 	cmp=$(list_comparison "${LIST_BIG:-}" "${LIST_SMALL:-}")
-	local bare
-	bare=$(bare_comparison)
-	[[ -z $bare ]] || cmp+=$'\n'$bare
+	cmp+=$'\n'$(bare_comparison)
 	if [[ -n ${EVENTS_BIG:-} ]]; then
 		cmp+=$'\n'$(list_comparison "$EVENTS_BIG" "$EVENTS_SMALL" "Event list page")
 		local q

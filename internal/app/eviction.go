@@ -22,8 +22,8 @@ import (
 // which the processes already serve through.
 const evictionCheckTimeout = 2 * time.Second
 
-// RedisEvictionPolicy returns Redis's maxmemory-policy, read from INFO memory.
-func RedisEvictionPolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) {
+// redisEvictionPolicy returns Redis's maxmemory-policy, read from INFO memory.
+func redisEvictionPolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) {
 	info, err := rdb.Info(ctx, "memory").Result()
 	if err != nil {
 		return "", err
@@ -41,7 +41,7 @@ func RedisEvictionPolicy(ctx context.Context, rdb redis.UniversalClient) (string
 func CheckRedisEviction(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, evictionCheckTimeout)
 	defer cancel()
-	policy, err := RedisEvictionPolicy(ctx, rdb)
+	policy, err := redisEvictionPolicy(ctx, rdb)
 	switch {
 	case err != nil:
 		log.Debug("could not read Redis's maxmemory-policy", "error", err)

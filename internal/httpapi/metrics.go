@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -69,36 +70,24 @@ var (
 	routes   atomic.Pointer[map[routeKey]*routeMetrics]
 )
 
+func init() { routes.Store(&map[routeKey]*routeMetrics{}) }
+
 func routeMetricsOf(method, route string) *routeMetrics {
 	k := routeKey{method, route}
-	if t := routes.Load(); t != nil {
-		if m, ok := (*t)[k]; ok {
-			return m
-		}
+	if m, ok := (*routes.Load())[k]; ok {
+		return m
 	}
 	routesMu.Lock()
 	defer routesMu.Unlock()
-	old := routes.Load()
-	if old != nil {
-		if m, ok := (*old)[k]; ok {
-			return m
-		}
+	cur := *routes.Load()
+	if m, ok := cur[k]; ok {
+		return m // added while this call waited for the lock
 	}
+	t := maps.Clone(cur)
 	m := &routeMetrics{key: k, seconds: requestSeconds.WithLabelValues(method, route)}
-	t := make(map[routeKey]*routeMetrics, 1+len(ptrMap(old)))
-	for k, v := range ptrMap(old) {
-		t[k] = v
-	}
 	t[k] = m
 	routes.Store(&t)
 	return m
-}
-
-func ptrMap(p *map[routeKey]*routeMetrics) map[routeKey]*routeMetrics {
-	if p == nil {
-		return nil
-	}
-	return *p
 }
 
 func (m *routeMetrics) counter(status int) prometheus.Counter {
