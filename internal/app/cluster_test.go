@@ -36,8 +36,13 @@ func TestRedisClusterUnsupported(t *testing.T) {
 	var nodes []string
 	for i := range 3 {
 		addr := testenv.FreeAddr(t)
+		// The cluster bus port is drawn too: Redis's default, the port +
+		// 10000, can land in the kernel's ephemeral range, where another
+		// process's outgoing connection may hold it and the node fails
+		// to start (seen once in CI: port 24778, bus 34778).
+		bus := testenv.FreeAddr(t)
 		startDaemon(t, "redis-server", "--port", port(addr), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
-			"--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i))
+			"--cluster-enabled", "yes", "--cluster-port", port(bus), "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i))
 		nodes = append(nodes, addr)
 	}
 	ctx := context.Background()
