@@ -97,10 +97,10 @@ func (s *Server) abortWith(c *gin.Context, code payments.Code, msg string) {
 
 // logAttrs are the attributes every request log line carries; never a key or secret.
 func logAttrs(c *gin.Context) []any {
-	attrs := []any{"request_id", requestID(c)}
-	if sc, ok := c.Get(ctxScope); ok {
-		s := sc.(payments.Scope)
-		attrs = append(attrs, "merchant_id", s.MerchantID, "livemode", s.Live)
+	r := requestOf(c)
+	attrs := []any{"request_id", r.id}
+	if r.authd {
+		attrs = append(attrs, "merchant_id", r.scope.MerchantID, "livemode", r.scope.Live)
 	}
 	return attrs
 }

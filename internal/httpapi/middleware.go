@@ -21,15 +21,34 @@ import (
 	"paysvc/internal/ratelimit"
 )
 
-// Context keys set by the edge.
+// Context keys: the request's state, set by the edge, and its body once read.
 const (
-	ctxRequestID = "paysvc.request_id"
-	ctxScope     = "paysvc.scope"
-	ctxKeyID     = "paysvc.key_id"
-	ctxBody      = "paysvc.body"
+	ctxRequest = "paysvc.request"
+	ctxBody    = "paysvc.body"
 )
 
-func requestID(c *gin.Context) string { return c.GetString(ctxRequestID) }
+// request is what the edge and authentication learn of a request, kept
+// under one context key: one entry in gin's map of any instead of three
+// (each boxed on its own) on every request.
+type request struct {
+	id    string
+	authd bool // scope and keyID are set
+	scope payments.Scope
+	keyID string
+}
+
+// requestOf is the request's state, made empty for a context the edge
+// did not see (a route outside the chain, a test's bare gin.Context).
+func requestOf(c *gin.Context) *request {
+	if r, ok := c.Get(ctxRequest); ok {
+		return r.(*request)
+	}
+	r := &request{}
+	c.Set(ctxRequest, r)
+	return r
+}
+
+func requestID(c *gin.Context) string { return requestOf(c).id }
 
 // edgeHeaders are the fixed headers of every response, by canonical name.
 // Their values are shared by every response's header map, without a copy
@@ -52,7 +71,7 @@ var edgeHeaders = func() map[string][]string {
 // edge gives every response its request id and the headers of the spec.
 func (s *Server) edge(c *gin.Context) {
 	id := uuid.NewString()
-	c.Set(ctxRequestID, id)
+	c.Set(ctxRequest, &request{id: id})
 	h := c.Writer.Header()
 	h["X-Request-Id"] = []string{id}
 	for k, v := range edgeHeaders {
@@ -133,8 +152,8 @@ func (s *Server) authenticate(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.Set(ctxScope, sc)
-	c.Set(ctxKeyID, key.ID)
+	r := requestOf(c)
+	r.authd, r.scope, r.keyID = true, sc, key.ID
 	c.Next()
 }
 
@@ -161,7 +180,7 @@ const limiterBudget = 150 * time.Millisecond
 // master; a payment request should not. Each request let through that way
 // counts in paysvc_ratelimit_unavailable_total.
 func (s *Server) rateLimit(c *gin.Context) {
-	if s.allowed(c, s.limiter.Start(c.Request.Context(), c.GetString(ctxKeyID), limiterBudget)) {
+	if s.allowed(c, s.limiter.Start(c.Request.Context(), requestOf(c).keyID, limiterBudget)) {
 		c.Next()
 	}
 }
@@ -175,7 +194,7 @@ func (s *Server) rateLimit(c *gin.Context) {
 // rateLimit does, so a client over its limit does not make the database
 // work for nothing.
 func (s *Server) rateLimitRead(c *gin.Context) {
-	key := c.GetString(ctxKeyID)
+	key := requestOf(c).keyID
 	if s.limiter.Refusing(key) {
 		s.rateLimit(c)
 		return

@@ -200,10 +200,22 @@ func writeJSON(c *gin.Context, status int, v any) {
 		status = http.StatusInternalServerError
 		b, _ = json.Marshal(errorEnvelope{Error: errorBody{Code: payments.InternalError, Message: internalMessage}, RequestID: requestID(c)})
 	}
-	c.Data(status, "application/json; charset=utf-8", b)
+	// Written directly rather than through c.Data, whose renderer boxes
+	// the body and allocates the Content-Type value on every response.
+	c.Writer.Header()["Content-Type"] = jsonContentType
+	c.Status(status)
+	c.Writer.Write(b) //nolint:errcheck // the client may have gone
 }
+
+// jsonContentType is every JSON response's Content-Type, shared by their
+// header maps as edgeHeaders' values are.
+var jsonContentType = []string{"application/json; charset=utf-8"}[:1:1]
 
 // scope is the merchant and mode the authenticated key acts for.
 func scope(c *gin.Context) payments.Scope {
-	return c.MustGet(ctxScope).(payments.Scope)
+	r := requestOf(c)
+	if !r.authd {
+		panic("httpapi: scope of an unauthenticated request")
+	}
+	return r.scope
 }
