@@ -9,12 +9,20 @@ import (
 // time, saving a database round trip on almost every request. Revocation,
 // suspension and unsuspension made through this process drop entries at
 // once; made elsewhere (the CLI, another replica) they take effect within
-// the TTL. Expiry is checked on every request against the cached time, and
-// unknown keys are never cached.
+// the TTL. Expiry is checked on every request against the cached time.
+//
+// A hash no key has is remembered too, for the same TTL and apart from the
+// keys' entries (a flood of made-up keys cannot push those out): a client
+// retrying with a deleted or mistyped key, or anyone sending the same bad
+// key over and over, costs the database one read a TTL instead of one a
+// request. It never hides a new key: a key's secret is random and first
+// exists when the key is made, so no request can have presented it before.
 type authCache struct {
 	ttl time.Duration
 	mu  sync.RWMutex
 	m   map[string]authEntry // key: the key's hash
+
+	unknown map[string]time.Time // hashes no key has: when that was read
 }
 
 type authEntry struct {
@@ -22,8 +30,12 @@ type authEntry struct {
 	at   time.Time
 }
 
-// maxAuthEntries bounds memory; past it the cache starts over.
-const maxAuthEntries = 100_000
+// maxAuthEntries and maxUnknownEntries bound memory; past either, that
+// map starts over.
+const (
+	maxAuthEntries    = 100_000
+	maxUnknownEntries = 10_000
+)
 
 func (c *authCache) get(hash []byte, now time.Time) (KeyAuth, bool) {
 	if c == nil || c.ttl <= 0 {
@@ -47,6 +59,30 @@ func (c *authCache) put(hash []byte, a KeyAuth, now time.Time) {
 		c.m = make(map[string]authEntry)
 	}
 	c.m[string(hash)] = authEntry{auth: a, at: now}
+	c.mu.Unlock()
+}
+
+// isUnknown says whether hash was read as no key's within the TTL.
+func (c *authCache) isUnknown(hash []byte, now time.Time) bool {
+	if c == nil || c.ttl <= 0 {
+		return false
+	}
+	c.mu.RLock()
+	at, ok := c.unknown[string(hash)]
+	c.mu.RUnlock()
+	return ok && now.Sub(at) < c.ttl
+}
+
+// putUnknown remembers that hash is no key's.
+func (c *authCache) putUnknown(hash []byte, now time.Time) {
+	if c == nil || c.ttl <= 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.unknown == nil || len(c.unknown) >= maxUnknownEntries {
+		c.unknown = make(map[string]time.Time)
+	}
+	c.unknown[string(hash)] = now
 	c.mu.Unlock()
 }
 

@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,8 +88,60 @@ func TestAuthCache(t *testing.T) {
 		t.Errorf("expired key still cached: got %q, want key_expired", got)
 	}
 
-	// Unknown keys are not cached: a key created after a miss works at once.
 	if got := auth(payments.NewKey{Secret: "svc_test_doesnotexist"}); got != payments.Unauthorized {
 		t.Errorf("unknown key: got %q, want unauthorized", got)
+	}
+}
+
+// countingKeys counts the key reads that reach the database.
+type countingKeys struct {
+	payments.Store
+	reads atomic.Int64
+}
+
+func (c *countingKeys) KeyByHash(ctx context.Context, hash []byte) (payments.KeyAuth, error) {
+	c.reads.Add(1)
+	return c.Store.KeyByHash(ctx, hash)
+}
+
+// TestAuthCacheUnknownKeys: a key no merchant has is read from the
+// database once a TTL, however often it is presented; a real key beside it
+// is unaffected.
+func TestAuthCacheUnknownKeys(t *testing.T) {
+	ctx := context.Background()
+	store := &countingKeys{Store: postgres.New(testenv.DB(t))}
+	clk := &fakeClock{t: time.Now()}
+	api := payments.NewService(store, nil, clk.now, payments.WithAuthCacheTTL(time.Second))
+	m, err := api.CreateMerchant(ctx, "Unknown keys", "", payments.PlanFree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := api.CreateKey(ctx, m.ID, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := func(secret string) payments.Code {
+		_, _, err := api.Authenticate(ctx, secret)
+		return payments.ErrorCode(err)
+	}
+	const bad = "svc_test_doesnotexist"
+	for i := range 5 {
+		if got := auth(bad); got != payments.Unauthorized {
+			t.Fatalf("unknown key, try %d: got %q, want unauthorized", i, got)
+		}
+	}
+	if n := store.reads.Load(); n != 1 {
+		t.Errorf("unknown key presented 5 times within the TTL: %d database reads, want 1", n)
+	}
+	if got := auth(k.Secret); got != "" {
+		t.Errorf("a real key beside it: got %q, want success", got)
+	}
+	clk.add(time.Second)
+	store.reads.Store(0)
+	if got := auth(bad); got != payments.Unauthorized {
+		t.Errorf("unknown key after the TTL: got %q, want unauthorized", got)
+	}
+	if n := store.reads.Load(); n != 1 {
+		t.Errorf("unknown key after the TTL: %d database reads, want 1 (read again)", n)
 	}
 }

@@ -144,8 +144,14 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Scope, APIKey, 
 	hash := HashKey(raw)
 	a, ok := s.auth.get(hash, s.clock.Base())
 	if !ok {
+		if s.auth.isUnknown(hash, s.clock.Base()) {
+			return Scope{}, APIKey{}, errUnauthorized
+		}
 		var err error
 		if a, err = s.store.KeyByHash(ctx, hash); err != nil {
+			if ErrorCode(err) == Unauthorized {
+				s.auth.putUnknown(hash, s.clock.Base())
+			}
 			return Scope{}, APIKey{}, err
 		}
 		s.auth.put(hash, a, s.clock.Base())
