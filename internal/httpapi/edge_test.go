@@ -1,7 +1,9 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -49,5 +51,25 @@ func TestUnknownRoute(t *testing.T) {
 	} {
 		r := h.do(c.method, c.path, "", nil)
 		wantError(t, r, http.StatusNotFound, "endpoint_not_found")
+	}
+}
+
+// TestLongResponseHasContentLength: a response longer than net/http's
+// 2 KiB buffer (a list page) is sent with its length, not chunked
+// (checkEnvelope checks Content-Length on every response).
+func TestLongResponseHasContentLength(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{})
+	key := h.testKey()
+	for i := range 10 {
+		wantOK(t, h.do("POST", "/v1/products", key, map[string]any{
+			"name": fmt.Sprintf("Product %d", i), "description": strings.Repeat("A long description. ", 20),
+			"price": map[string]any{"amount": 1000 + i, "currency": "usd"},
+		}))
+	}
+	r := h.do("GET", "/v1/products?limit=10", key, nil)
+	wantOK(t, r)
+	if len(r.Raw) <= 2048 {
+		t.Fatalf("list page of %d bytes: want one over 2 KiB", len(r.Raw))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -277,6 +278,11 @@ func checkEnvelope(t *testing.T, r *response) {
 	}
 	if !strings.HasPrefix(r.Header.Get("Strict-Transport-Security"), "max-age=") {
 		t.Errorf("Strict-Transport-Security = %q", r.Header.Get("Strict-Transport-Security"))
+	}
+	// Every body's length is sent ahead, long ones (list pages) too, never
+	// chunked.
+	if got, want := r.Header.Get("Content-Length"), strconv.Itoa(len(r.Raw)); got != want {
+		t.Errorf("Content-Length = %q for a body of %s bytes", got, want)
 	}
 }
 

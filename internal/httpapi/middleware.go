@@ -37,8 +37,8 @@ type request struct {
 	keyID string
 }
 
-// requestOf is the request's state, made empty for a context the edge
-// did not see (a route outside the chain, a test's bare gin.Context).
+// requestOf is the request's state (every route passes the edge), made
+// empty for a context the edge did not see: a test's bare gin.Context.
 func requestOf(c *gin.Context) *request {
 	if r, ok := c.Get(ctxRequest); ok {
 		return r.(*request)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -202,7 +203,12 @@ func writeJSON(c *gin.Context, status int, v any) {
 	}
 	// Written directly rather than through c.Data, whose renderer boxes
 	// the body and allocates the Content-Type value on every response.
-	c.Writer.Header()["Content-Type"] = jsonContentType
+	// Content-Length is set as c.Data sets it: net/http counts a body
+	// itself only when it fits its 2 KiB buffer, and would send a longer
+	// one (a list page) chunked.
+	h := c.Writer.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	c.Status(status)
 	c.Writer.Write(b) //nolint:errcheck // the client may have gone
 }

@@ -22,7 +22,10 @@ type authCache struct {
 	mu  sync.RWMutex
 	m   map[string]authEntry // key: the key's hash
 
-	unknown map[string]time.Time // hashes no key has: when that was read
+	// unknown has a lock of its own: a flood of made-up keys writes it on
+	// every request, and should not hold up the found keys' reads of m.
+	unknownMu sync.RWMutex
+	unknown   map[string]time.Time // hashes no key has: when that was read
 }
 
 type authEntry struct {
@@ -67,9 +70,9 @@ func (c *authCache) isUnknown(hash []byte, now time.Time) bool {
 	if c == nil || c.ttl <= 0 {
 		return false
 	}
-	c.mu.RLock()
+	c.unknownMu.RLock()
 	at, ok := c.unknown[string(hash)]
-	c.mu.RUnlock()
+	c.unknownMu.RUnlock()
 	return ok && now.Sub(at) < c.ttl
 }
 
@@ -78,12 +81,12 @@ func (c *authCache) putUnknown(hash []byte, now time.Time) {
 	if c == nil || c.ttl <= 0 {
 		return
 	}
-	c.mu.Lock()
+	c.unknownMu.Lock()
 	if c.unknown == nil || len(c.unknown) >= maxUnknownEntries {
 		c.unknown = make(map[string]time.Time)
 	}
 	c.unknown[string(hash)] = now
-	c.mu.Unlock()
+	c.unknownMu.Unlock()
 }
 
 // forget drops the entries of a merchant (keyID "" = all its keys) or of one key.
@@ -100,8 +103,9 @@ func (c *authCache) forget(merchantID, keyID string) {
 	c.mu.Unlock()
 }
 
-// WithAuthCacheTTL sets how long an authenticated key's record is reused
-// (default 1 s; 0 reads the database on every request).
+// WithAuthCacheTTL sets how long an authenticated key's record is reused,
+// and how long a hash no key has is answered 401 without a read (default
+// 1 s; 0 reads the database on every request).
 func WithAuthCacheTTL(d time.Duration) Option {
 	return func(s *Service) { s.auth.ttl = d }
 }

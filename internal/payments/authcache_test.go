@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -93,14 +94,19 @@ func TestAuthCache(t *testing.T) {
 	}
 }
 
-// countingKeys counts the key reads that reach the database.
+// countingKeys counts the key reads that reach the database; while fail
+// is set they fail as a database outage would.
 type countingKeys struct {
 	payments.Store
 	reads atomic.Int64
+	fail  atomic.Bool
 }
 
 func (c *countingKeys) KeyByHash(ctx context.Context, hash []byte) (payments.KeyAuth, error) {
 	c.reads.Add(1)
+	if c.fail.Load() {
+		return payments.KeyAuth{}, errors.New("connection refused")
+	}
 	return c.Store.KeyByHash(ctx, hash)
 }
 
@@ -136,6 +142,22 @@ func TestAuthCacheUnknownKeys(t *testing.T) {
 	if got := auth(k.Secret); got != "" {
 		t.Errorf("a real key beside it: got %q, want success", got)
 	}
+
+	// A read that failed is no answer: it is not remembered as unknown,
+	// and the key works once the database does.
+	k2, err := api.CreateKey(ctx, m.ID, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.fail.Store(true)
+	if _, _, err := api.Authenticate(ctx, k2.Secret); err == nil || payments.ErrorCode(err) != "" {
+		t.Errorf("key read during an outage: got %v, want the database's error (no 401, no success)", err)
+	}
+	store.fail.Store(false)
+	if got := auth(k2.Secret); got != "" {
+		t.Errorf("key read after the outage: got %q, want success", got)
+	}
+
 	clk.add(time.Second)
 	store.reads.Store(0)
 	if got := auth(bad); got != payments.Unauthorized {
