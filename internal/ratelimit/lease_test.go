@@ -382,7 +382,9 @@ func TestCloseGivesBackItsLeases(t *testing.T) {
 func TestAnOldLeaseIsForgotten(t *testing.T) {
 	t.Parallel()
 	l := New(testenv.Redis(t), 100_000)
-	SetLeaseTimes(l, 50*time.Millisecond, leasedRemembered, leaseKept)
+	// Long enough for the ten checks to be handed out before it ends on a
+	// loaded machine (at 50 ms, a CI run under -race once found it over).
+	SetLeaseTimes(l, 500*time.Millisecond, leasedRemembered, leaseKept)
 	key := payments.NewID("key_")
 	leaseOf(t, l, key, 10, 10)
 	v, _ := l.leases.Load(key)
