@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -250,16 +251,47 @@ func (s *sentinelSet) waitPromoted(t *testing.T) {
 
 func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
 
-// startDaemon runs a server in the foreground for the test's duration.
+// startDaemon runs a server in the foreground for the test's duration. Its
+// output is kept, and its last lines are logged if the test fails: a
+// failover that never came (TestSentinelFailover, once in CI) is explained
+// only by what the sentinels said.
 func startDaemon(t *testing.T, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(name, args...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			t.Logf("%s %s, its last output:\n%s", name, strings.Join(args, " "), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+	})
 	return cmd
+}
+
+// syncBuffer is a bytes.Buffer a daemon's stdout and stderr may write
+// from two goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func waitUntil(t *testing.T, d time.Duration, what string, ok func() bool) {
