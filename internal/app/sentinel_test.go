@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -258,7 +257,7 @@ func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:]
 func startDaemon(t *testing.T, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(name, args...)
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
@@ -268,30 +267,11 @@ func startDaemon(t *testing.T, name string, args ...string) *exec.Cmd {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		if t.Failed() {
-			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			lines := out.Lines()
 			t.Logf("%s %s, its last output:\n%s", name, strings.Join(args, " "), strings.Join(lines[max(0, len(lines)-40):], "\n"))
 		}
 	})
 	return cmd
-}
-
-// syncBuffer is a bytes.Buffer a daemon's stdout and stderr may write
-// from two goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func waitUntil(t *testing.T, d time.Duration, what string, ok func() bool) {
