@@ -2,7 +2,9 @@ package app_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +36,12 @@ func TestWarnsWhenRedisMayEvict(t *testing.T) {
 	if out := check(); !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, `"maxmemory_policy":"volatile-lru"`) {
 		t.Fatalf("volatile-lru: want a warning naming the policy, logged %q", out)
 	}
+	// Each process's start makes the check (app.Setup logs to stderr).
+	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
+	t.Setenv("REDIS_URL", "redis://"+addr+"/0")
+	if out := setupLog(t, "worker", `"maxmemory_policy":"volatile-lru"`); !strings.Contains(out, `"maxmemory_policy":"volatile-lru"`) {
+		t.Fatalf("app.Setup with Redis at volatile-lru: want the warning within 5 s, logged %q", out)
+	}
 	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -48,4 +56,29 @@ func TestWarnsWhenRedisMayEvict(t *testing.T) {
 	if out := check(); out != "" {
 		t.Fatalf("closed client: want nothing at info level, logged %q", out)
 	}
+}
+
+// setupLog runs app.Setup for process with stderr, where its logger
+// writes, captured, and returns what was logged by the time a line holding
+// want came or 5 s passed.
+func setupLog(t *testing.T, process, want string) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, logger := os.Stderr, slog.Default()
+	os.Stderr = w
+	defer func() { os.Stderr = stderr; slog.SetDefault(logger); w.Close(); r.Close() }()
+	env, err := app.Setup(context.Background(), process, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	var out testenv.LogBuffer
+	go io.Copy(&out, r) //nolint:errcheck // ends when r is closed
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(out.String(), want) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return out.String()
 }
