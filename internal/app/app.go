@@ -84,7 +84,7 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 	registerPoolMetrics(db.DB, process)
 	rdb := redis.NewUniversalClient(ropt)
 	if process != "cli" {
-		go CheckRedisEviction(context.WithoutCancel(ctx), rdb, log)
+		go CheckRedisEviction(context.WithoutCancel(ctx), rdb, log, EvictionCheckRetry)
 	}
 	aopt := asynqOpt(ropt)
 	return &Env{Config: cfg, Log: log, DB: db, Store: postgres.New(db), Redis: rdb, RedisOpt: aopt}, nil

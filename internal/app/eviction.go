@@ -2,7 +2,7 @@ package app
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"strings"
 	"time"
@@ -18,9 +18,13 @@ import (
 // once at start and warns when it evicts. INFO, not CONFIG GET: managed
 // services that refuse CONFIG still answer INFO.
 
-// evictionCheckTimeout bounds the start-up read: Redis may be down then,
-// which the processes already serve through.
+// evictionCheckTimeout bounds each read of the policy: Redis may be down
+// at start, which the processes already serve through.
 const evictionCheckTimeout = 2 * time.Second
+
+// EvictionCheckRetry is how often a process whose Redis did not answer
+// the check asks again (a process may start before its Redis).
+const EvictionCheckRetry = 30 * time.Second
 
 // redisEvictionPolicy returns Redis's maxmemory-policy, read from INFO memory.
 func redisEvictionPolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) {
@@ -33,21 +37,39 @@ func redisEvictionPolicy(ctx context.Context, rdb redis.UniversalClient) (string
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("INFO memory names no maxmemory_policy")
+	return "", errNoPolicy
 }
 
-// CheckRedisEviction logs a warning when Redis may evict keys, and at debug
-// level when the policy could not be read.
-func CheckRedisEviction(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(ctx, evictionCheckTimeout)
-	defer cancel()
-	policy, err := redisEvictionPolicy(ctx, rdb)
-	switch {
-	case err != nil:
-		log.Debug("could not read Redis's maxmemory-policy", "error", err)
-	case policy != "noeviction":
-		log.Warn("Redis may evict keys (maxmemory-policy "+policy+"): set maxmemory-policy noeviction; "+
-			"an evicted rate-limiter key can let a key past its limit, an evicted queue key delays its task (README, \"Redis must not evict keys\")",
-			"maxmemory_policy", policy)
+// errNoPolicy: the server answered INFO without a policy (a Redis-like
+// service); asking again would not change that.
+var errNoPolicy = errors.New("INFO memory names no maxmemory_policy")
+
+// CheckRedisEviction logs a warning when Redis may evict keys. A read that
+// fails is logged at debug level and made again every retry until one
+// answers, the client is closed or ctx ends: it runs beside the process's
+// work, never before it.
+func CheckRedisEviction(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger, retry time.Duration) {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, evictionCheckTimeout)
+		policy, err := redisEvictionPolicy(rctx, rdb)
+		cancel()
+		switch {
+		case err == nil && policy != "noeviction":
+			log.Warn("Redis may evict keys (maxmemory-policy "+policy+"): set maxmemory-policy noeviction; "+
+				"an evicted rate-limiter key can let a key past its limit, an evicted queue key delays its task (README, \"Redis must not evict keys\")",
+				"maxmemory_policy", policy)
+			return
+		case err == nil, errors.Is(err, redis.ErrClosed):
+			return
+		case errors.Is(err, errNoPolicy):
+			log.Debug("could not read Redis's maxmemory-policy", "error", err)
+			return
+		}
+		log.Debug("could not read Redis's maxmemory-policy; trying again", "error", err, "in", retry)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
 	}
 }

@@ -30,7 +30,7 @@ func TestWarnsWhenRedisMayEvict(t *testing.T) {
 
 	check := func() string {
 		var buf testenv.LogBuffer
-		app.CheckRedisEviction(ctx, rdb, slog.New(slog.NewJSONHandler(&buf, nil)))
+		app.CheckRedisEviction(ctx, rdb, slog.New(slog.NewJSONHandler(&buf, nil)), time.Hour)
 		return buf.String()
 	}
 	if out := check(); !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, `"maxmemory_policy":"volatile-lru"`) {
@@ -48,13 +48,47 @@ func TestWarnsWhenRedisMayEvict(t *testing.T) {
 	if out := check(); out != "" {
 		t.Fatalf("noeviction: want nothing logged, logged %q", out)
 	}
-	// A Redis that does not answer is not a warning: the processes serve
-	// without it, and the check must not hold the start.
+	// A closed client ends the check (no retry for an hour).
 	if err := rdb.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if out := check(); out != "" {
 		t.Fatalf("closed client: want nothing at info level, logged %q", out)
+	}
+}
+
+// A Redis that does not answer at start is not a warning (the processes
+// serve without it), and the check asks again until it answers: a process
+// started before its Redis still warns once that Redis is up.
+func TestEvictionCheckWaitsForRedis(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{addr}, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	var buf testenv.LogBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		app.CheckRedisEviction(ctx, rdb, slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), 100*time.Millisecond)
+	}()
+	// Redis starts only once a read has failed (go-redis itself retries a
+	// dial for a while first).
+	waitUntil(t, 15*time.Second, "a failed read of the policy", func() bool {
+		return strings.Contains(buf.String(), "could not read")
+	})
+	if out := buf.String(); strings.Contains(out, `"level":"WARN"`) {
+		t.Fatalf("Redis not started: want no warning, logged %q", out)
+	}
+	startDaemon(t, "redis-server", "--port", port(addr), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", t.TempDir(), "--maxmemory-policy", "allkeys-lru")
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the check still running 10 s after Redis started; logged %q", buf.String())
+	}
+	if out := buf.String(); !strings.Contains(out, `"maxmemory_policy":"allkeys-lru"`) {
+		t.Fatalf("Redis started later at allkeys-lru: want the warning, logged %q", out)
 	}
 }
 
