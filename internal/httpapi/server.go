@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -201,21 +200,8 @@ func writeJSON(c *gin.Context, status int, v any) {
 		status = http.StatusInternalServerError
 		b, _ = json.Marshal(errorEnvelope{Error: errorBody{Code: payments.InternalError, Message: internalMessage}, RequestID: requestID(c)})
 	}
-	// Written directly rather than through c.Data, whose renderer boxes
-	// the body and allocates the Content-Type value on every response.
-	// Content-Length is set as c.Data sets it: net/http counts a body
-	// itself only when it fits its 2 KiB buffer, and would send a longer
-	// one (a list page) chunked.
-	h := c.Writer.Header()
-	h["Content-Type"] = jsonContentType
-	h["Content-Length"] = []string{strconv.Itoa(len(b))}
-	c.Status(status)
-	c.Writer.Write(b) //nolint:errcheck // the client may have gone
+	c.Data(status, "application/json; charset=utf-8", b)
 }
-
-// jsonContentType is every JSON response's Content-Type, shared by their
-// header maps as edgeHeaders' values are.
-var jsonContentType = []string{"application/json; charset=utf-8"}[:1:1]
 
 // scope is the merchant and mode the authenticated key acts for.
 func scope(c *gin.Context) payments.Scope {
