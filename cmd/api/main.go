@@ -24,6 +24,7 @@ import (
 
 	"paysvc/internal/admin"
 	"paysvc/internal/app"
+	"paysvc/internal/clientaddr"
 	"paysvc/internal/dashboard"
 	"paysvc/internal/hosted"
 	"paysvc/internal/httpapi"
@@ -140,6 +141,10 @@ func serve(ctx context.Context) error {
 	_, closeQueue := env.Enqueuer()
 	defer closeQueue()
 	limiter := ratelimit.New(env.Redis, env.Config.RateLimitPerHour)
+	clients, err := clientaddr.New(env.Config.TrustedProxies)
+	if err != nil {
+		return err
+	}
 	deps := httpapi.Deps{
 		Service: d.Service,
 		Store:   env.Store,
@@ -147,6 +152,10 @@ func serve(ctx context.Context) error {
 		Log:     env.Log,
 		Secrets: d.Secrets,
 		Crash:   crashHook,
+		Clients: clients,
+	}
+	if n := env.Config.UnknownKeysPerMinute; n > 0 {
+		deps.UnknownKeys = ratelimit.NewStrikes(env.Redis, "unknownkeys", n, time.Minute)
 	}
 	// The sandbox's pages pay with test cards: served only when the
 	// sandbox is the processor. On Stripe, Stripe hosts checkout and its
@@ -162,7 +171,7 @@ func serve(ctx context.Context) error {
 	// every other path the API's.
 	dash := dashboard.New(dashboard.Options{
 		Service: d.Service, Redis: env.Redis, Log: env.Log, SessionTTL: env.Config.DashboardSessionTTL,
-		Secure: strings.HasPrefix(env.Config.PublicBaseURL, "https://"),
+		Secure: strings.HasPrefix(env.Config.PublicBaseURL, "https://"), Clients: clients,
 	})
 	srv := &http.Server{
 		Addr:              env.Config.APIAddr,

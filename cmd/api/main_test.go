@@ -401,7 +401,7 @@ func TestKeyCreate(t *testing.T) {
 			if stored.Hint == k.Key || !strings.HasPrefix(k.Key, stored.Hint) {
 				t.Errorf("stored hint: got %q, want a short prefix of the key", stored.Hint)
 			}
-			sc, _, err := svc.Authenticate(context.Background(), k.Key)
+			sc, _, err := svc.Authenticate(context.Background(), k.Key, nil)
 			if err != nil {
 				t.Fatalf("Authenticate(printed key): %v", err)
 			}
@@ -588,7 +588,7 @@ func TestKeyRevoke(t *testing.T) {
 	if !ok || int64(revokedAt) < before-1 || int64(revokedAt) > time.Now().Unix()+1 {
 		t.Errorf("got revoked_at %v, want about %d", v["revoked_at"], before)
 	}
-	if _, _, err := svc.Authenticate(context.Background(), k.Key); !isCode(err, payments.KeyRevoked) {
+	if _, _, err := svc.Authenticate(context.Background(), k.Key, nil); !isCode(err, payments.KeyRevoked) {
 		t.Errorf("Authenticate(revoked key): got %v, want key_revoked", err)
 	}
 
@@ -668,7 +668,7 @@ func TestMerchantUnsuspend(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := payments.NewService(postgres.New(db), nil, time.Now)
-	if _, _, err := svc.Authenticate(context.Background(), k.Key); err != nil {
+	if _, _, err := svc.Authenticate(context.Background(), k.Key, nil); err != nil {
 		t.Errorf("Authenticate after unsuspend: got %v, want nil", err)
 	}
 

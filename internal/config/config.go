@@ -51,10 +51,19 @@ type Config struct {
 	StripeTestSecretKey      string
 	StripeTestPublishableKey string
 	// StripeTimeout bounds each call to Stripe.
-	StripeTimeout      time.Duration
-	SecretsKey         []byte
-	SecretsKeyIsDev    bool
-	RateLimitPerHour   int
+	StripeTimeout    time.Duration
+	SecretsKey       []byte
+	SecretsKeyIsDev  bool
+	RateLimitPerHour int
+	// UnknownKeysPerMinute is how many authentications with keys the
+	// database does not hold a client address may make a minute (each
+	// is a database read) before it is refused with 429; 0 turns the
+	// limit off.
+	UnknownKeysPerMinute int
+	// TrustedProxies are the addresses and CIDR ranges of the reverse
+	// proxies in front of the API: behind them a request's client is
+	// named by X-Forwarded-For (clientaddr).
+	TrustedProxies     []string
 	CheckoutSessionTTL time.Duration
 	// DashboardSessionTTL is how long a dashboard sign-in lasts.
 	DashboardSessionTTL time.Duration
@@ -266,6 +275,20 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 
 	c.RateLimitPerHour = positiveInt(get("RATE_LIMIT_PER_HOUR", "1000"), "RATE_LIMIT_PER_HOUR", bad)
+	if n, err := strconv.Atoi(get("RATE_LIMIT_UNKNOWN_KEYS_PER_MINUTE", "600")); err != nil || n < 0 {
+		bad("RATE_LIMIT_UNKNOWN_KEYS_PER_MINUTE", "must be a whole number, 0 for no limit")
+	} else {
+		c.UnknownKeysPerMinute = n
+	}
+	for _, p := range strings.Split(getenv("API_TRUSTED_PROXIES"), ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if _, _, err := net.ParseCIDR(p); err != nil && net.ParseIP(p) == nil {
+			bad("API_TRUSTED_PROXIES", "must be IP addresses or CIDR ranges separated by commas, got %q", p)
+		}
+		c.TrustedProxies = append(c.TrustedProxies, p)
+	}
 	c.CheckoutSessionTTL = positiveDuration(get("CHECKOUT_SESSION_TTL", "24h"), "CHECKOUT_SESSION_TTL", bad)
 	c.DashboardSessionTTL = positiveDuration(get("DASHBOARD_SESSION_TTL", "12h"), "DASHBOARD_SESSION_TTL", bad)
 	c.PortalSessionTTL = positiveDuration(get("PORTAL_SESSION_TTL", "1h"), "PORTAL_SESSION_TTL", bad)

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -80,17 +79,6 @@ func (d *Dashboard) showLogin(w http.ResponseWriter, r *http.Request, status int
 	d.render(w, r, status, "login.html", loginView{Title: "Sign in", Email: email, Next: safeNext(next), CSRF: tok, Error: msg})
 }
 
-// clientAddress is the address sign-in attempts are counted against: the
-// connection's peer (a proxy in front should be the only peer, and then
-// its own limits apply).
-func clientAddress(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
 // accountKey names an account's attempt counter without putting the email
 // itself in Redis.
 func accountKey(email string) string {
@@ -120,7 +108,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	for _, lim := range []struct {
 		win *ratelimit.Window
 		key string
-	}{{d.byAddress, clientAddress(r)}, {d.byAccount, accountKey(email)}} {
+	}{{d.byAddress, d.clients.Of(r)}, {d.byAccount, accountKey(email)}} {
 		res, err := lim.win.Allow(ctx, lim.key)
 		wait, ok := res.RetryAfter, res.Allowed
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"paysvc/internal/clientaddr"
 	"paysvc/internal/httpapi"
 	"paysvc/internal/payments"
 	"paysvc/internal/ratelimit"
@@ -52,6 +53,9 @@ type Options struct {
 	// 15 minutes).
 	AccountAttempts, AddressAttempts int
 	AttemptWindow                    time.Duration
+	// Clients names a request's client address for AddressAttempts (nil:
+	// its connection's peer).
+	Clients *clientaddr.Resolver
 }
 
 // Dashboard serves the portal's pages.
@@ -62,6 +66,7 @@ type Dashboard struct {
 	secure    bool
 	byAccount *ratelimit.Window
 	byAddress *ratelimit.Window
+	clients   *clientaddr.Resolver
 	mux       *http.ServeMux
 	pages     map[string]*template.Template
 	volume    volumeCache // the home page's chart
@@ -88,6 +93,7 @@ func New(o Options) *Dashboard {
 		svc: o.Service, log: o.Log, ttl: o.SessionTTL, secure: o.Secure,
 		byAccount: ratelimit.NewWindow(o.Redis, "signin:account", o.AccountAttempts, o.AttemptWindow),
 		byAddress: ratelimit.NewWindow(o.Redis, "signin:address", o.AddressAttempts, o.AttemptWindow),
+		clients:   o.Clients,
 		mux:       http.NewServeMux(),
 		pages:     parsePages(),
 	}

@@ -2,12 +2,14 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"paysvc/internal/clientaddr"
 	"paysvc/internal/dashboard"
 	"paysvc/internal/payments"
 	"paysvc/internal/processor/sandbox"
@@ -286,4 +288,43 @@ func mustURL(s string) *url.URL {
 		panic(err)
 	}
 	return u
+}
+
+// forwardedFor is a proxy's hop: it names the client in X-Forwarded-For.
+type forwardedFor string
+
+func (f forwardedFor) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("X-Forwarded-For", string(f))
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// Behind a trusted proxy (API_TRUSTED_PROXIES), sign-in attempts count
+// against the client the proxy names, not against the proxy.
+func TestSignInRateLimitBehindProxy(t *testing.T) {
+	clients, err := clientaddr.New([]string{"127.0.0.1", "::1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStack(t, dashboard.Options{AccountAttempts: 100, AddressAttempts: 2, AttemptWindow: time.Hour, Clients: clients})
+	t.Cleanup(func() {
+		s.rdb.Del(context.Background(), "ratelimit:signin:address:203.0.113.5", "ratelimit:signin:address:198.51.100.9")
+	})
+	from := func(addr string) *client {
+		c := s.client()
+		c.c.Transport = forwardedFor(addr)
+		return c
+	}
+	a, b := from("203.0.113.5"), from("198.51.100.9")
+	for i := range 2 {
+		if r := a.signIn(fmt.Sprintf("a%d@example.com", i), "x-wrong-pass"); r.status != http.StatusUnauthorized {
+			t.Fatalf("attempt %d from the first client: got %d, want 401", i+1, r.status)
+		}
+	}
+	if r := a.signIn("a2@example.com", "x-wrong-pass"); r.status != http.StatusTooManyRequests {
+		t.Errorf("3rd attempt from the first client: got %d, want 429", r.status)
+	}
+	if r := b.signIn("b0@example.com", "x-wrong-pass"); r.status != http.StatusUnauthorized {
+		t.Errorf("first attempt from a second client behind the same proxy: got %d, want 401", r.status)
+	}
 }

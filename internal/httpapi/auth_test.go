@@ -3,13 +3,18 @@ package httpapi_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"paysvc/internal/payments"
+	"paysvc/internal/ratelimit"
 )
 
 // withAuth sends a request whose Authorization header is exactly auth
@@ -207,4 +212,63 @@ func TestAuthKeyModeIsolation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// madeUpKey is a well-formed test key no merchant has: the n-th of a
+// series named by tag (tag and n together at most 32 characters).
+func madeUpKey(tag string, n int) string {
+	s := fmt.Sprintf("%s%d", tag, n)
+	return "svc_test_" + s + strings.Repeat("0", 32-len(s))
+}
+
+// TestUnknownKeysPerAddress: each client address may present a budget of
+// keys the database does not hold; past it, what would read another key
+// for it is answered 429 with Retry-After (a key the cache holds still
+// works), and other addresses are not affected. Behind a trusted proxy the
+// address is X-Forwarded-For's.
+func TestUnknownKeysPerAddress(t *testing.T) {
+	t.Parallel()
+	prefix := "unknownkeys-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	h := newHarness(t, harnessOpts{
+		authCacheTTL:   time.Minute,
+		trustedProxies: []string{"127.0.0.1", "::1"},
+		unknownKeys: func(rdb redis.UniversalClient) *ratelimit.Strikes {
+			return ratelimit.NewStrikes(rdb, prefix, 3, time.Minute)
+		},
+	})
+	m := h.merchant(payments.PlanFree)
+	cached, uncached := h.key(m, false), h.key(m, false)
+	from := func(addr, key string) *response {
+		return h.do("GET", "/v1/products", key, nil, "X-Forwarded-For", addr)
+	}
+	wantOK(t, from("203.0.113.5", cached)) // read once: cached from now on
+
+	// Three strikes are the budget; the fourth read happens and is
+	// refused, which refuses the address.
+	for i := range 4 {
+		wantError(t, from("203.0.113.5", madeUpKey("a", i)), http.StatusUnauthorized, "unauthorized")
+	}
+	r := from("203.0.113.5", madeUpKey("a", 4))
+	wantError(t, r, http.StatusTooManyRequests, "rate_limit_exceeded")
+	if secs, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || secs < 1 || secs > 60 {
+		t.Errorf("Retry-After %q: want 1..60 seconds", r.Header.Get("Retry-After"))
+	}
+	if r.Body.Error == nil || !strings.Contains(r.Body.Error.Message, "unknown API keys") {
+		t.Errorf("body %s: want a message that says why", r.Raw)
+	}
+	if r.Header.Get("X-Ratelimit-Limit") != "" {
+		t.Error("an address's refusal carries a key's X-RateLimit-Limit")
+	}
+
+	// What the cache answers costs no read and is still answered.
+	wantOK(t, from("203.0.113.5", cached))
+	wantError(t, from("203.0.113.5", madeUpKey("a", 0)), http.StatusUnauthorized, "unauthorized")
+	// A key that would be read waits with the rest of the address.
+	wantError(t, from("203.0.113.5", uncached), http.StatusTooManyRequests, "rate_limit_exceeded")
+	// Another address, and another proxy hop's client, are their own.
+	wantError(t, from("198.51.100.9", madeUpKey("b", 0)), http.StatusUnauthorized, "unauthorized")
+	wantOK(t, from("198.51.100.9", uncached))
+	wantError(t, from("203.0.113.5, 198.51.100.10", madeUpKey("c", 0)), http.StatusUnauthorized, "unauthorized")
+	// The refused address through one more trusted hop is still itself.
+	wantError(t, from("203.0.113.5, 127.0.0.1", madeUpKey("a", 5)), http.StatusTooManyRequests, "rate_limit_exceeded")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"paysvc/internal/apispec/validate"
+	"paysvc/internal/clientaddr"
 	"paysvc/internal/hosted"
 	"paysvc/internal/httpapi"
 	"paysvc/internal/payments"
@@ -59,6 +60,13 @@ type harnessOpts struct {
 	// callsInTx bounds the processor calls inside a transaction
 	// (payments.WithProcessorCallsInTx); 0 = no bound.
 	callsInTx int
+	// authCacheTTL is the service's auth cache TTL; 0 = no cache.
+	authCacheTTL time.Duration
+	// unknownKeys, when set, limits each client address's unknown keys
+	// (httpapi.Deps.UnknownKeys); trustedProxies names the proxies whose
+	// X-Forwarded-For names the client.
+	unknownKeys    func(rdb redis.UniversalClient) *ratelimit.Strikes
+	trustedProxies []string
 }
 
 // testPortalKey signs portal URLs in tests.
@@ -109,9 +117,9 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 	if ttl == 0 {
 		ttl = 24 * time.Hour
 	}
-	// No auth cache: tests change keys behind the service's back (SQL); the
-	// cache has its own test in internal/payments.
-	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(proc), payments.WithSessionTTL(ttl), payments.WithAuthCacheTTL(0), payments.WithSandboxClocks(),
+	// No auth cache unless asked: tests change keys behind the service's
+	// back (SQL); the cache has its own test in internal/payments.
+	svc := payments.NewService(store, bl, time.Now, payments.WithProcessor(proc), payments.WithSessionTTL(ttl), payments.WithAuthCacheTTL(o.authCacheTTL), payments.WithSandboxClocks(),
 		payments.WithSecrets(testBox), payments.WithEndpointCheck(func(ctx context.Context, u string) error {
 			return webhook.CheckURL(ctx, u, o.allowPrivateWebhooks)
 		}), payments.WithPortal(testPortalKey, time.Hour, srv.URL), payments.WithProcessorCallsInTx(o.callsInTx))
@@ -119,12 +127,22 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 	if o.limiterRedis != nil {
 		limiterRedis = o.limiterRedis
 	}
+	clients, err := clientaddr.New(o.trustedProxies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unknownKeys *ratelimit.Strikes
+	if o.unknownKeys != nil {
+		unknownKeys = o.unknownKeys(limiterRedis)
+	}
 	handler = httpapi.New(httpapi.Deps{
-		Service: svc,
-		Store:   store,
-		Limiter: ratelimit.New(limiterRedis, o.ratePerHour),
-		Pages:   hosted.New(svc, sb.Cards(svc), nil),
-		Secrets: testBox,
+		Clients:     clients,
+		UnknownKeys: unknownKeys,
+		Service:     svc,
+		Store:       store,
+		Limiter:     ratelimit.New(limiterRedis, o.ratePerHour),
+		Pages:       hosted.New(svc, sb.Cards(svc), nil),
+		Secrets:     testBox,
 		StripeWebhook: func() httpapi.StripeWebhook {
 			if o.stripeWebhook == nil {
 				return nil

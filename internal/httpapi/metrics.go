@@ -25,7 +25,7 @@ var (
 	}, []string{"method", "route"})
 	rateLimitUnavailable = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "paysvc_ratelimit_unavailable_total",
-		Help: "API requests let through unlimited because the rate limiter's Redis did not answer in time (or failed).",
+		Help: "Rate-limit decisions skipped because Redis did not answer in time (or failed): API requests let through unlimited, and strikes for unknown API keys not counted.",
 	})
 )
 

@@ -35,6 +35,7 @@ type request struct {
 	authd bool // scope and keyID are set
 	scope payments.Scope
 	keyID string
+	reads keyReads // authentication's KeyReads, when Deps.UnknownKeys is set
 }
 
 // requestOf is the request's state (every route passes the edge), made
@@ -147,14 +148,58 @@ func (s *Server) authenticate(c *gin.Context) {
 		s.writeError(c, payments.ErrUnauthorized())
 		return
 	}
-	sc, key, err := s.svc.Authenticate(c.Request.Context(), raw)
+	r := requestOf(c)
+	var reads payments.KeyReads // a nil interface, not a nil *keyReads
+	if s.unknownKeys != nil {
+		r.reads = keyReads{s: s, c: c}
+		reads = &r.reads
+	}
+	sc, key, err := s.svc.Authenticate(c.Request.Context(), raw, reads)
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	r := requestOf(c)
 	r.authd, r.scope, r.keyID = true, sc, key.ID
 	c.Next()
+}
+
+// keyReads admits a request's read of a key no cache holds: refused with
+// 429 while its client address is past its budget of unknown keys
+// (Deps.UnknownKeys), and a strike against it when the read finds none.
+// A client sending made-up keys (each a database read) is so held to the
+// budget's rate of reads, and the keys cached meanwhile still work.
+type keyReads struct {
+	s      *Server
+	c      *gin.Context
+	client string // the request's client address, once asked
+}
+
+func (k *keyReads) address() string {
+	if k.client == "" {
+		k.client = k.s.clients.Of(k.c.Request)
+	}
+	return k.client
+}
+
+func (k *keyReads) Admit() error {
+	left, refused := k.s.unknownKeys.Refusing(k.address())
+	if !refused {
+		return nil
+	}
+	secs := max(int((left+time.Second-1)/time.Second), 1)
+	k.c.Header("Retry-After", strconv.Itoa(secs))
+	return payments.Errorf(payments.RateLimitExceeded,
+		"Too many requests with unknown API keys from this address; retry after %d seconds.", secs)
+}
+
+// Missed strikes the client. Without Redis the strike is not counted, as
+// a request goes through the rate limit unlimited then (rateLimit).
+func (k *keyReads) Missed(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, limiterBudget)
+	defer cancel()
+	if err := k.s.unknownKeys.Strike(ctx, k.address()); err != nil {
+		rateLimitUnavailable.Inc()
+	}
 }
 
 // bearer returns the credentials of an Authorization header of the Bearer

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"paysvc/internal/apispec"
+	"paysvc/internal/clientaddr"
 	"paysvc/internal/hosted"
 	"paysvc/internal/payments"
 	"paysvc/internal/ratelimit"
@@ -58,6 +59,12 @@ type Deps struct {
 	// request (CrashAfterChange …) and may kill the process there; nil
 	// costs one comparison.
 	Crash func(point string)
+	// UnknownKeys, when set, counts per client address the authentications
+	// whose key the database does not hold, and refuses a client past its
+	// budget with 429 (before reading another key for it).
+	UnknownKeys *ratelimit.Strikes
+	// Clients names a request's client address (nil: its peer's).
+	Clients *clientaddr.Resolver
 }
 
 // StripeWebhook verifies and stores one Stripe webhook
@@ -79,6 +86,9 @@ type Server struct {
 	crash   func(point string)
 	wait    time.Duration // idempotencyWait; shorter in tests
 	stripe  StripeWebhook
+	// unknownKeys and clients: Deps.UnknownKeys and Deps.Clients.
+	unknownKeys *ratelimit.Strikes
+	clients     *clientaddr.Resolver
 	// limitValue caches X-RateLimit-Limit's value.
 	limitValue atomic.Pointer[limitValue]
 }
@@ -91,7 +101,8 @@ func New(d Deps) http.Handler {
 	if d.Secrets == nil {
 		panic("httpapi: Deps.Secrets is required")
 	}
-	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, pages: d.Pages, crash: d.Crash, wait: idempotencyWait, stripe: d.StripeWebhook}
+	s := &Server{svc: d.Service, store: d.Store, limiter: d.Limiter, log: d.Log, now: time.Now, box: d.Secrets, pages: d.Pages, crash: d.Crash, wait: idempotencyWait, stripe: d.StripeWebhook,
+		unknownKeys: d.UnknownKeys, clients: d.Clients}
 	if d.Service != nil {
 		s.now = d.Service.Clock().Base
 	}

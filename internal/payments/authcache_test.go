@@ -46,7 +46,7 @@ func TestAuthCache(t *testing.T) {
 		return k
 	}
 	auth := func(k payments.NewKey) payments.Code {
-		_, _, err := api.Authenticate(ctx, k.Secret)
+		_, _, err := api.Authenticate(ctx, k.Secret, nil)
 		return payments.ErrorCode(err)
 	}
 
@@ -127,10 +127,10 @@ func TestAuthCacheUnknownKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	auth := func(secret string) payments.Code {
-		_, _, err := api.Authenticate(ctx, secret)
+		_, _, err := api.Authenticate(ctx, secret, nil)
 		return payments.ErrorCode(err)
 	}
-	const bad = "svc_test_doesnotexist"
+	const bad = "svc_test_doesnotexist00000000000000000000"
 	for i := range 5 {
 		if got := auth(bad); got != payments.Unauthorized {
 			t.Fatalf("unknown key, try %d: got %q, want unauthorized", i, got)
@@ -150,7 +150,7 @@ func TestAuthCacheUnknownKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.fail.Store(true)
-	if _, _, err := api.Authenticate(ctx, k2.Secret); err == nil || payments.ErrorCode(err) != "" {
+	if _, _, err := api.Authenticate(ctx, k2.Secret, nil); err == nil || payments.ErrorCode(err) != "" {
 		t.Errorf("key read during an outage: got %v, want the database's error (no 401, no success)", err)
 	}
 	store.fail.Store(false)
@@ -166,4 +166,105 @@ func TestAuthCacheUnknownKeys(t *testing.T) {
 	if n := store.reads.Load(); n != 1 {
 		t.Errorf("unknown key after the TTL: %d database reads, want 1 (read again)", n)
 	}
+}
+
+// recordingReads is a KeyReads that counts what Authenticate asks and
+// tells, and refuses while refuse is set.
+type recordingReads struct {
+	admits, missed int
+	refuse         bool
+}
+
+var errRefused = payments.Errorf(payments.RateLimitExceeded, "refused")
+
+func (r *recordingReads) Admit() error {
+	r.admits++
+	if r.refuse {
+		return errRefused
+	}
+	return nil
+}
+
+func (r *recordingReads) Missed(context.Context) { r.missed++ }
+
+// TestAuthenticateAsksKeyReads: a key's database read is admitted by the
+// caller's KeyReads first and reported when it finds nothing; a refusal is
+// the answer and reads nothing; keys the cache holds, and strings that
+// cannot be keys, involve neither the database nor KeyReads.
+func TestAuthenticateAsksKeyReads(t *testing.T) {
+	ctx := context.Background()
+	store := &countingKeys{Store: postgres.New(testenv.DB(t))}
+	clk := &fakeClock{t: time.Now()}
+	api := payments.NewService(store, nil, clk.now, payments.WithAuthCacheTTL(time.Second))
+	m, err := api.CreateMerchant(ctx, "Key reads", "", payments.PlanFree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := api.CreateKey(ctx, m.ID, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recordingReads{}
+	auth := func(secret string) error {
+		_, _, err := api.Authenticate(ctx, secret, r)
+		return err
+	}
+
+	for _, malformed := range []string{"", "svc_test_", "svc_test_short", "svc_test_doesnotexist0000000000000000000",
+		"svc_test_doesnotexist000000000000000000000", "svc_test_doesnotexist0000000000000000000!", "sk_test_doesnotexist00000000000000000000",
+		"svc_test_doesnotexist0000000000000000000\u00e9"} {
+		if err := auth(malformed); payments.ErrorCode(err) != payments.Unauthorized {
+			t.Errorf("%q: got %v, want unauthorized", malformed, err)
+		}
+	}
+	if store.reads.Load() != 0 || r.admits != 0 || r.missed != 0 {
+		t.Errorf("malformed keys: %d reads, %d admits, %d missed; want none", store.reads.Load(), r.admits, r.missed)
+	}
+
+	const unknown = "svc_live_doesnotexist00000000000000000000"
+	for range 3 {
+		if err := auth(unknown); payments.ErrorCode(err) != payments.Unauthorized {
+			t.Fatalf("unknown key: got %v, want unauthorized", err)
+		}
+	}
+	if store.reads.Load() != 1 || r.admits != 1 || r.missed != 1 {
+		t.Errorf("an unknown key 3 times in a TTL: %d reads, %d admits, %d missed; want 1 each", store.reads.Load(), r.admits, r.missed)
+	}
+
+	r.refuse = true
+	if err := auth("svc_live_doesnotexistEither00000000000000"); err != errRefused {
+		t.Errorf("another unknown key while refused: got %v, want the refusal", err)
+	}
+	if err := auth(k.Secret); err != errRefused {
+		t.Errorf("a real key not yet cached while refused: got %v, want the refusal", err)
+	}
+	if store.reads.Load() != 1 || r.missed != 1 {
+		t.Errorf("while refused: %d reads, %d missed; want 1 and 1 (nothing read)", store.reads.Load(), r.missed)
+	}
+	r.refuse = false
+	if err := auth(k.Secret); err != nil {
+		t.Fatalf("the real key admitted: %v", err)
+	}
+	r.refuse = true
+	if err := auth(k.Secret); err != nil {
+		t.Errorf("the real key cached, while refused: %v, want success", err)
+	}
+	if err := auth(unknown); payments.ErrorCode(err) != payments.Unauthorized {
+		t.Errorf("the unknown key cached, while refused: got %v, want unauthorized", err)
+	}
+	if store.reads.Load() != 2 || r.missed != 1 {
+		t.Errorf("after: %d reads, %d missed; want 2 and 1 (a found key is no miss)", store.reads.Load(), r.missed)
+	}
+
+	// A read that failed is not a miss.
+	r.refuse = false
+	clk.add(2 * time.Second)
+	store.fail.Store(true)
+	if err := auth(unknown); err == nil || payments.ErrorCode(err) != "" {
+		t.Errorf("a read during an outage: got %v, want the database's error", err)
+	}
+	if r.missed != 1 {
+		t.Errorf("a failed read counted as a miss (%d)", r.missed)
+	}
+	store.fail.Store(false)
 }

@@ -137,8 +137,12 @@ func (s *Service) RevokeKey(ctx context.Context, id string) (APIKey, error) {
 
 // Authenticate turns a raw API key into the scope it acts for. It returns
 // unauthorized, key_revoked (also for a suspended merchant) or key_expired.
-func (s *Service) Authenticate(ctx context.Context, raw string) (Scope, APIKey, error) {
-	if !strings.HasPrefix(raw, testKeyPrefix) && !strings.HasPrefix(raw, liveKeyPrefix) {
+//
+// A key in neither of the auth cache's maps is read from the database;
+// reads, when not nil, is asked first and told of a read that found no
+// key (KeyReads). A string that cannot be a key is refused without either.
+func (s *Service) Authenticate(ctx context.Context, raw string, reads KeyReads) (Scope, APIKey, error) {
+	if !wellFormedKey(raw) {
 		return Scope{}, APIKey{}, errUnauthorized
 	}
 	hash := HashKey(raw)
@@ -147,10 +151,18 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Scope, APIKey, 
 		if s.auth.isUnknown(hash, s.clock.Base()) {
 			return Scope{}, APIKey{}, errUnauthorized
 		}
+		if reads != nil {
+			if err := reads.Admit(); err != nil {
+				return Scope{}, APIKey{}, err
+			}
+		}
 		var err error
 		if a, err = s.store.KeyByHash(ctx, hash); err != nil {
 			if ErrorCode(err) == Unauthorized {
 				s.auth.putUnknown(hash, s.clock.Base())
+				if reads != nil {
+					reads.Missed(ctx)
+				}
 			}
 			return Scope{}, APIKey{}, err
 		}
@@ -168,6 +180,40 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Scope, APIKey, 
 		return Scope{}, APIKey{}, Errorf(KeyExpired, "This API key has expired.")
 	}
 	return Scope{MerchantID: a.Key.MerchantID, Live: a.Key.Live}, a.Key, nil
+}
+
+// KeyReads admits the database reads of one client's keys. A key is read
+// when no cache knows it, so every made-up key is a read; the API counts
+// the reads that found nothing per client address and refuses a client
+// past its budget (ratelimit.Strikes), and the keys it holds in the cache
+// still work meanwhile.
+type KeyReads interface {
+	// Admit is asked before a key is read; its error is the answer.
+	Admit() error
+	// Missed is told that the read found no key.
+	Missed(ctx context.Context)
+}
+
+// wellFormedKey says whether raw has the shape of every key CreateKey
+// makes: a mode's prefix and keySecretLen base62 characters.
+func wellFormedKey(raw string) bool {
+	secret, ok := strings.CutPrefix(raw, testKeyPrefix)
+	if !ok {
+		if secret, ok = strings.CutPrefix(raw, liveKeyPrefix); !ok {
+			return false
+		}
+	}
+	if len(secret) != keySecretLen {
+		return false
+	}
+	for i := 0; i < len(secret); i++ {
+		switch c := secret[i]; {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // touchInterval is how stale a key's last use may be shown: a key is
