@@ -19,3 +19,6 @@ func IsGiveBack(cmd redis.Cmder) bool {
 	args := cmd.Args()
 	return len(args) > 1 && (args[1] == giveBack.Hash() || args[1] == giveBackSrc)
 }
+
+// SetProbation sets how long s keeps a client on probation after a refusal.
+func SetProbation(s *Strikes, d time.Duration) { s.probation = d }

@@ -13,45 +13,77 @@ import (
 // client in this process, with no Redis call, from a strike the Window
 // refused until the Window would take one again. A strike costs a Redis
 // call; a refusal costs a map read, so a client past its budget costs
-// nothing but that.
+// little but that.
+//
+// A strike comes after the work it counts (a key's read), so when a
+// refusal ends, every request the client has in flight would start its
+// work before the first of their strikes is refused: a client with 32
+// connections would do 32 reads per refusal, not one. So a refused client
+// is then on probation: one request at a time goes, one per the Window's
+// refill interval (its RetryAfter when it refused), until the probation
+// period has passed since its last refusal.
 //
 // Each replica learns of a refusal from a strike of its own: a client
 // spread over n replicas may strike up to n more times than the budget
 // while it is refused, once per replica.
 type Strikes struct {
-	w   *Window
-	now func() time.Time
+	w         *Window
+	now       func() time.Time
+	probation time.Duration
 
 	mu      sync.Mutex
-	refused map[string]time.Time // client → until when it is refused
+	refused map[string]refusal // by client
+}
+
+// refusal is a refused client's state in this process.
+type refusal struct {
+	until time.Time     // refused until then
+	every time.Duration // then one request per this (the refill interval)
+	// probation: from until to then, one request per every.
+	probation time.Time
 }
 
 // maxRefused bounds the clients remembered as refused; past it, those
-// whose refusal ended are forgotten, and if that is not enough, all of
-// them: each is refused again at its next strike.
+// whose refusal and probation ended are forgotten, and if that is not
+// enough, all of them: each is refused again at its next strike.
 const maxRefused = 10_000
+
+// defaultProbation is how long a client stays on probation after its last
+// refusal.
+const defaultProbation = 10 * time.Second
 
 // NewStrikes returns strikes of n per period per client under prefix (GCRA
 // with a burst of n, as Window).
 func NewStrikes(rdb redis.UniversalClient, prefix string, n int, period time.Duration) *Strikes {
-	return &Strikes{w: NewWindow(rdb, prefix, n, period), now: time.Now, refused: map[string]time.Time{}}
+	return &Strikes{w: NewWindow(rdb, prefix, n, period), now: time.Now, probation: defaultProbation, refused: map[string]refusal{}}
 }
 
-// Refusing says whether client is refused, and for how long yet.
+// Refusing says whether client's next request is refused, and for how long
+// yet. On probation a request that is not refused takes the client's turn:
+// the next one is refused for the refill interval.
 func (s *Strikes) Refusing(client string) (time.Duration, bool) {
+	now := s.now()
 	s.mu.Lock()
-	until, ok := s.refused[client]
-	s.mu.Unlock()
-	if !ok {
+	defer s.mu.Unlock()
+	r, ok := s.refused[client]
+	switch {
+	case !ok:
+		return 0, false
+	case now.Before(r.until):
+		return r.until.Sub(now), true
+	case now.Before(r.probation):
+		r.until = now.Add(r.every)
+		s.refused[client] = r
+		return 0, false
+	default:
+		delete(s.refused, client)
 		return 0, false
 	}
-	left := until.Sub(s.now())
-	return left, left > 0
 }
 
 // Strike spends one of client's budget; when the Window refuses it, the
-// client is refused from now for the Window's RetryAfter. An error is
-// Redis's: the strike is not counted.
+// client is refused from now for the Window's RetryAfter, then on
+// probation. An error is Redis's: the strike is not counted.
 func (s *Strikes) Strike(ctx context.Context, client string) error {
 	res, err := s.w.Allow(ctx, client)
 	if err != nil || res.Allowed {
@@ -61,8 +93,8 @@ func (s *Strikes) Strike(ctx context.Context, client string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.refused) >= maxRefused {
-		for c, until := range s.refused {
-			if !until.After(now) {
+		for c, r := range s.refused {
+			if !r.probation.After(now) {
 				delete(s.refused, c)
 			}
 		}
@@ -70,6 +102,7 @@ func (s *Strikes) Strike(ctx context.Context, client string) error {
 			clear(s.refused)
 		}
 	}
-	s.refused[client] = now.Add(res.RetryAfter)
+	until := now.Add(res.RetryAfter)
+	s.refused[client] = refusal{until: until, every: res.RetryAfter, probation: until.Add(s.probation)}
 	return nil
 }

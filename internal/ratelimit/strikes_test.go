@@ -11,16 +11,19 @@ import (
 )
 
 // TestStrikes: a client is refused from the strike past its budget, in
-// the replica that struck, until the budget takes one again; another
-// replica refuses it from its own next strike; other clients are not
-// affected. A refusal costs no Redis call (its client is refused even
+// the replica that struck, until the budget takes one again, and then let
+// through one request per refill interval until its probation ends;
+// another replica refuses it from its own next strike; other clients are
+// not affected. A refusal costs no Redis call (its client is refused even
 // with Redis gone).
 func TestStrikes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	prefix := payments.NewID("strikes_")
 	const n, period = 3, 1500 * time.Millisecond // one back every 500 ms
+	const probation = time.Second
 	a := ratelimit.NewStrikes(testenv.Redis(t), prefix, n, period)
+	ratelimit.SetProbation(a, probation)
 	b := ratelimit.NewStrikes(testenv.Redis(t), prefix, n, period)
 
 	for i := range n {
@@ -70,8 +73,26 @@ func TestStrikes(t *testing.T) {
 		t.Error("a strike that failed refused its client")
 	}
 
+	// When the refusal ends the client is on probation: one request goes,
+	// and the next waits a refill interval, until the probation ends.
 	time.Sleep(left + 10*time.Millisecond)
 	if _, refused := a.Refusing("203.0.113.5"); refused {
 		t.Errorf("still refused after its %v", left)
+	}
+	if wait, refused := a.Refusing("203.0.113.5"); !refused || wait > period/n {
+		t.Errorf("on probation, the request after one that went: refused %v for %v, want refused for up to %v", refused, wait, period/n)
+	}
+	time.Sleep(period/n + 10*time.Millisecond)
+	if _, refused := a.Refusing("203.0.113.5"); refused {
+		t.Error("on probation, a request a refill interval later is refused")
+	}
+	if _, refused := a.Refusing("203.0.113.5"); !refused {
+		t.Error("on probation, the request right after it is not refused")
+	}
+	time.Sleep(probation)
+	for i := range 3 {
+		if _, refused := a.Refusing("203.0.113.5"); refused {
+			t.Errorf("after probation, request %d is refused", i+1)
+		}
 	}
 }
