@@ -6,7 +6,10 @@
 // the proxies' addresses listed (API_TRUSTED_PROXIES), the client is the
 // rightmost address of X-Forwarded-For that is not a trusted proxy, and
 // only when the connection itself comes from a trusted proxy: a client
-// that reaches the server directly cannot name itself someone else.
+// that reaches the server directly cannot name itself someone else. Only
+// proxies that append to X-Forwarded-For may be listed, and nothing else
+// in their ranges: whatever connects from a trusted address can name any
+// client.
 package clientaddr
 
 import (
@@ -40,12 +43,15 @@ func New(trustedProxies []string) (*Resolver, error) {
 	return &Resolver{trusted: nets, xff: xff}, nil
 }
 
-// Of is r's client: an IPv4 address, or the /64 network of an IPv6 one,
-// since one IPv6 host is usually given a whole /64 to choose from.
+// Of is req's client: an IPv4 address, or the /64 network of an IPv6 one,
+// since one IPv6 host is usually given a whole /64 to choose from (a
+// holder of a /48 has 65,536 of them: the limits do not bound that).
 func (r *Resolver) Of(req *http.Request) string {
 	peer := realclientip.RemoteAddrStrategy{}.ClientIP(nil, req.RemoteAddr)
 	addr := peer
 	if r != nil && r.xff != nil && peer != "" && r.isTrusted(peer) {
+		// "" when every address is a trusted proxy's, or the rightmost
+		// untrusted one is not an address: then the proxy is the client.
 		if a := r.xff.ClientIP(req.Header, req.RemoteAddr); a != "" {
 			addr = a
 		}

@@ -2,6 +2,7 @@ package clientaddr_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"paysvc/internal/clientaddr"
@@ -37,6 +38,11 @@ func TestOf(t *testing.T) {
 		{"IPv6: its /64", none, "[2001:db8:1:2:3:4:5:6]:443", nil, "2001:db8:1:2::/64"},
 		{"IPv6 behind a proxy: its /64", proxied, "[fd00::1]:443", []string{"2001:db8:1:2::99"}, "2001:db8:1:2::/64"},
 		{"IPv4-mapped IPv6: the IPv4 address", none, "[::ffff:203.0.113.5]:80", nil, "203.0.113.5"},
+		{"IPv4-mapped in the header: the IPv4 address", proxied, "10.1.2.3:80", []string{"::ffff:198.51.100.1"}, "198.51.100.1"},
+		{"an address with a port in the header", proxied, "10.1.2.3:80", []string{"198.51.100.1:5555"}, "198.51.100.1"},
+		{"an IPv6 zone: its /64", none, "[fe80::1:2:3:4%eth0]:80", nil, "fe80::/64"},
+		{"a long header: its rightmost untrusted address", proxied, "10.1.2.3:80", []string{strings.Repeat("192.0.2.99, ", 1000) + "198.51.100.1"}, "198.51.100.1"},
+		{"a Unix socket's peer: as it is", proxied, "@", []string{"198.51.100.1"}, "@"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req := &http.Request{RemoteAddr: c.peer, Header: http.Header{}}

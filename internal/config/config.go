@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"paysvc/internal/clientaddr"
 )
 
 // Config is the whole configuration of api, worker and scheduler.
@@ -281,13 +283,12 @@ func Load(getenv func(string) string) (Config, error) {
 		c.UnknownKeysPerMinute = n
 	}
 	for _, p := range strings.Split(getenv("API_TRUSTED_PROXIES"), ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
+		if p = strings.TrimSpace(p); p != "" {
+			c.TrustedProxies = append(c.TrustedProxies, p)
 		}
-		if _, _, err := net.ParseCIDR(p); err != nil && net.ParseIP(p) == nil {
-			bad("API_TRUSTED_PROXIES", "must be IP addresses or CIDR ranges separated by commas, got %q", p)
-		}
-		c.TrustedProxies = append(c.TrustedProxies, p)
+	}
+	if _, err := clientaddr.New(c.TrustedProxies); err != nil {
+		bad("API_TRUSTED_PROXIES", "must be IP addresses or CIDR ranges separated by commas (%v)", err)
 	}
 	c.CheckoutSessionTTL = positiveDuration(get("CHECKOUT_SESSION_TTL", "24h"), "CHECKOUT_SESSION_TTL", bad)
 	c.DashboardSessionTTL = positiveDuration(get("DASHBOARD_SESSION_TTL", "12h"), "DASHBOARD_SESSION_TTL", bad)

@@ -23,6 +23,10 @@ var (
 		Help:    "API request latency by route.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"method", "route"})
+	unknownKeyRefusals = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "paysvc_unknown_key_refusals_total",
+		Help: "Client addresses refused by this API process for too many requests with API keys that do not exist (RATE_LIMIT_UNKNOWN_KEYS_PER_MINUTE), counted when a refusal starts.",
+	})
 	rateLimitUnavailable = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "paysvc_ratelimit_unavailable_total",
 		Help: "Rate-limit decisions skipped because Redis did not answer in time (or failed): API requests let through unlimited, and strikes for unknown API keys not counted.",

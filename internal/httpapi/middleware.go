@@ -186,20 +186,37 @@ func (k *keyReads) Admit() error {
 	if !refused {
 		return nil
 	}
-	secs := max(int((left+time.Second-1)/time.Second), 1)
-	k.c.Header("Retry-After", strconv.Itoa(secs))
 	return payments.Errorf(payments.RateLimitExceeded,
-		"Too many requests with unknown API keys from this address; retry after %d seconds.", secs)
+		"Too many requests with unknown API keys from this address; retry after %s.", retryAfter(k.c, left))
 }
 
-// Missed strikes the client. Without Redis the strike is not counted, as
-// a request goes through the rate limit unlimited then (rateLimit).
+// Missed strikes the client, even when the request has ended (its client
+// gone), within limiterBudget. Without Redis the strike is not counted, as
+// a request goes through the rate limit unlimited then (rateLimit). A new
+// refusal of an address is logged, once per refusal and API process.
 func (k *keyReads) Missed(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, limiterBudget)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limiterBudget)
 	defer cancel()
-	if err := k.s.unknownKeys.Strike(ctx, k.address()); err != nil {
+	fresh, err := k.s.unknownKeys.Strike(ctx, k.address())
+	switch {
+	case err != nil:
 		rateLimitUnavailable.Inc()
+	case fresh:
+		unknownKeyRefusals.Inc()
+		k.s.log.WarnContext(ctx, "client address refused: too many requests with unknown API keys",
+			"client", k.address(), "request_id", requestID(k.c))
 	}
+}
+
+// retryAfter sets the Retry-After header for a wait of d (whole seconds,
+// at least one) and says it in words for the error message.
+func retryAfter(c *gin.Context, d time.Duration) string {
+	secs := max(int((d+time.Second-1)/time.Second), 1)
+	c.Header("Retry-After", strconv.Itoa(secs))
+	if secs == 1 {
+		return "1 second"
+	}
+	return strconv.Itoa(secs) + " seconds"
 }
 
 // bearer returns the credentials of an Authorization header of the Bearer
@@ -275,12 +292,7 @@ func (s *Server) allowed(c *gin.Context, check ratelimit.Check) bool {
 	h["X-Ratelimit-Limit"] = s.limitHeader(res.Limit)
 	h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(res.Remaining)}
 	if !res.Allowed {
-		secs := int((res.RetryAfter + time.Second - 1) / time.Second)
-		if secs < 1 {
-			secs = 1
-		}
-		h.Set("Retry-After", strconv.Itoa(secs))
-		s.abortWith(c, payments.RateLimitExceeded, fmt.Sprintf("Too many requests; retry after %d seconds.", secs))
+		s.abortWith(c, payments.RateLimitExceeded, "Too many requests; retry after "+retryAfter(c, res.RetryAfter)+".")
 		return false
 	}
 	return true

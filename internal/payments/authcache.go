@@ -65,6 +65,19 @@ func (c *authCache) put(hash []byte, a KeyAuth, now time.Time) {
 	c.mu.Unlock()
 }
 
+// known says whether hash was a key's when last read, however long ago
+// (until its map starts over): a key in use, which a client that made
+// keys up cannot have. Its record may be stale; the caller reads it again.
+func (c *authCache) known(hash []byte) bool {
+	if c == nil || c.ttl <= 0 {
+		return false
+	}
+	c.mu.RLock()
+	_, ok := c.m[string(hash)]
+	c.mu.RUnlock()
+	return ok
+}
+
 // isUnknown says whether hash was read as no key's within the TTL.
 func (c *authCache) isUnknown(hash []byte, now time.Time) bool {
 	if c == nil || c.ttl <= 0 {

@@ -256,9 +256,19 @@ func TestAuthenticateAsksKeyReads(t *testing.T) {
 		t.Errorf("after: %d reads, %d missed; want 2 and 1 (a found key is no miss)", store.reads.Load(), r.missed)
 	}
 
-	// A read that failed is not a miss.
-	r.refuse = false
+	// Past the TTL the real key is read again, without asking: the cache
+	// has seen it found, and a client making keys up cannot have it.
 	clk.add(2 * time.Second)
+	admits := r.admits
+	if err := auth(k.Secret); err != nil {
+		t.Errorf("the real key past its TTL, while refused: %v, want success", err)
+	}
+	if store.reads.Load() != 3 || r.admits != admits {
+		t.Errorf("the real key past its TTL: %d reads, %d more admits; want 3 reads and no admit", store.reads.Load(), r.admits-admits)
+	}
+
+	// A read that failed is not a miss; one its client abandoned is.
+	r.refuse = false
 	store.fail.Store(true)
 	if err := auth(unknown); err == nil || payments.ErrorCode(err) != "" {
 		t.Errorf("a read during an outage: got %v, want the database's error", err)
@@ -267,4 +277,12 @@ func TestAuthenticateAsksKeyReads(t *testing.T) {
 		t.Errorf("a failed read counted as a miss (%d)", r.missed)
 	}
 	store.fail.Store(false)
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, err := api.Authenticate(gone, "svc_live_abandoned00000000000000000000000", r); err == nil {
+		t.Error("a read whose client has gone: no error")
+	}
+	if r.missed != 2 {
+		t.Errorf("a read whose client has gone: %d missed, want 2", r.missed)
+	}
 }

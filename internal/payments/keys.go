@@ -138,9 +138,11 @@ func (s *Service) RevokeKey(ctx context.Context, id string) (APIKey, error) {
 // Authenticate turns a raw API key into the scope it acts for. It returns
 // unauthorized, key_revoked (also for a suspended merchant) or key_expired.
 //
-// A key in neither of the auth cache's maps is read from the database;
-// reads, when not nil, is asked first and told of a read that found no
-// key (KeyReads). A string that cannot be a key is refused without either.
+// A key the auth cache does not answer for is read from the database.
+// Unless the cache has seen it found before (a key in use), reads, when
+// not nil, is asked first and told of a read that found no key or was
+// abandoned (KeyReads). A string that cannot be a key is refused without
+// a read.
 func (s *Service) Authenticate(ctx context.Context, raw string, reads KeyReads) (Scope, APIKey, error) {
 	if !wellFormedKey(raw) {
 		return Scope{}, APIKey{}, errUnauthorized
@@ -151,6 +153,9 @@ func (s *Service) Authenticate(ctx context.Context, raw string, reads KeyReads) 
 		if s.auth.isUnknown(hash, s.clock.Base()) {
 			return Scope{}, APIKey{}, errUnauthorized
 		}
+		if reads != nil && s.auth.known(hash) {
+			reads = nil // a key in use: read it, whatever its client did
+		}
 		if reads != nil {
 			if err := reads.Admit(); err != nil {
 				return Scope{}, APIKey{}, err
@@ -158,11 +163,14 @@ func (s *Service) Authenticate(ctx context.Context, raw string, reads KeyReads) 
 		}
 		var err error
 		if a, err = s.store.KeyByHash(ctx, hash); err != nil {
-			if ErrorCode(err) == Unauthorized {
+			missed := ErrorCode(err) == Unauthorized
+			if missed {
 				s.auth.putUnknown(hash, s.clock.Base())
-				if reads != nil {
-					reads.Missed(ctx)
-				}
+			}
+			// A read its client abandoned counts too: dropping each
+			// request mid-read must not be a way around the budget.
+			if reads != nil && (missed || ctx.Err() != nil) {
+				reads.Missed(ctx)
 			}
 			return Scope{}, APIKey{}, err
 		}
@@ -185,12 +193,13 @@ func (s *Service) Authenticate(ctx context.Context, raw string, reads KeyReads) 
 // KeyReads admits the database reads of one client's keys. A key is read
 // when no cache knows it, so every made-up key is a read; the API counts
 // the reads that found nothing per client address and refuses a client
-// past its budget (ratelimit.Strikes), and the keys it holds in the cache
-// still work meanwhile.
+// past its budget (ratelimit.Strikes). Keys the cache has seen found are
+// read without asking, so they work meanwhile.
 type KeyReads interface {
 	// Admit is asked before a key is read; its error is the answer.
 	Admit() error
-	// Missed is told that the read found no key.
+	// Missed is told that the read found no key, or that its context
+	// ended first (ctx may be done).
 	Missed(ctx context.Context)
 }
 

@@ -20,5 +20,6 @@ func IsGiveBack(cmd redis.Cmder) bool {
 	return len(args) > 1 && (args[1] == giveBack.Hash() || args[1] == giveBackSrc)
 }
 
-// SetProbation sets how long s keeps a client on probation after a refusal.
-func SetProbation(s *Strikes, d time.Duration) { s.probation = d }
+// SetStrikesClock sets the clock s's refusals and probations run on (the
+// strikes themselves are counted on Redis's).
+func SetStrikesClock(s *Strikes, now func() time.Time) { s.now = now }

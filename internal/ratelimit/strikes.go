@@ -19,9 +19,9 @@ import (
 // refusal ends, every request the client has in flight would start its
 // work before the first of their strikes is refused: a client with 32
 // connections would do 32 reads per refusal, not one. So a refused client
-// is then on probation: one request at a time goes, one per the Window's
-// refill interval (its RetryAfter when it refused), until the probation
-// period has passed since its last refusal.
+// is then on probation: one request at a time goes, one per the budget's
+// refill interval (period/n), until probation has passed since its last
+// refusal (ten intervals, and at least minProbation).
 //
 // Each replica learns of a refusal from a strike of its own: a client
 // spread over n replicas may strike up to n more times than the budget
@@ -29,6 +29,7 @@ import (
 type Strikes struct {
 	w         *Window
 	now       func() time.Time
+	interval  time.Duration // the budget's refill interval, period/n
 	probation time.Duration
 
 	mu      sync.Mutex
@@ -37,10 +38,8 @@ type Strikes struct {
 
 // refusal is a refused client's state in this process.
 type refusal struct {
-	until time.Time     // refused until then
-	every time.Duration // then one request per this (the refill interval)
-	// probation: from until to then, one request per every.
-	probation time.Time
+	until     time.Time // refused until then
+	probation time.Time // from until to then, one request per interval
 }
 
 // maxRefused bounds the clients remembered as refused; past it, those
@@ -48,19 +47,22 @@ type refusal struct {
 // enough, all of them: each is refused again at its next strike.
 const maxRefused = 10_000
 
-// defaultProbation is how long a client stays on probation after its last
-// refusal.
-const defaultProbation = 10 * time.Second
+// minProbation is the shortest probation after a refusal.
+const minProbation = 10 * time.Second
 
 // NewStrikes returns strikes of n per period per client under prefix (GCRA
 // with a burst of n, as Window).
 func NewStrikes(rdb redis.UniversalClient, prefix string, n int, period time.Duration) *Strikes {
-	return &Strikes{w: NewWindow(rdb, prefix, n, period), now: time.Now, probation: defaultProbation, refused: map[string]refusal{}}
+	interval := period / time.Duration(n)
+	return &Strikes{
+		w: NewWindow(rdb, prefix, n, period), now: time.Now, interval: interval,
+		probation: max(minProbation, 10*interval), refused: map[string]refusal{},
+	}
 }
 
 // Refusing says whether client's next request is refused, and for how long
 // yet. On probation a request that is not refused takes the client's turn:
-// the next one is refused for the refill interval.
+// the next one is refused for an interval.
 func (s *Strikes) Refusing(client string) (time.Duration, bool) {
 	now := s.now()
 	s.mu.Lock()
@@ -72,7 +74,7 @@ func (s *Strikes) Refusing(client string) (time.Duration, bool) {
 	case now.Before(r.until):
 		return r.until.Sub(now), true
 	case now.Before(r.probation):
-		r.until = now.Add(r.every)
+		r.until = now.Add(s.interval)
 		s.refused[client] = r
 		return 0, false
 	default:
@@ -81,13 +83,15 @@ func (s *Strikes) Refusing(client string) (time.Duration, bool) {
 	}
 }
 
-// Strike spends one of client's budget; when the Window refuses it, the
+// Strike spends one of client's budget. When the Window refuses it, the
 // client is refused from now for the Window's RetryAfter, then on
-// probation. An error is Redis's: the strike is not counted.
-func (s *Strikes) Strike(ctx context.Context, client string) error {
+// probation; fresh says whether the client was neither refused nor on
+// probation before (a new refusal, worth telling an operator). An error
+// is Redis's: the strike is not counted.
+func (s *Strikes) Strike(ctx context.Context, client string) (fresh bool, err error) {
 	res, err := s.w.Allow(ctx, client)
 	if err != nil || res.Allowed {
-		return err
+		return false, err
 	}
 	now := s.now()
 	s.mu.Lock()
@@ -102,7 +106,8 @@ func (s *Strikes) Strike(ctx context.Context, client string) error {
 			clear(s.refused)
 		}
 	}
+	old, was := s.refused[client]
 	until := now.Add(res.RetryAfter)
-	s.refused[client] = refusal{until: until, every: res.RetryAfter, probation: until.Add(s.probation)}
-	return nil
+	s.refused[client] = refusal{until: until, probation: until.Add(s.probation)}
+	return !was || !old.probation.After(now), nil
 }

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,47 +11,70 @@ import (
 	"paysvc/internal/testenv"
 )
 
+// manualClock is a clock a test moves.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *manualClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
 // TestStrikes: a client is refused from the strike past its budget, in
 // the replica that struck, until the budget takes one again, and then let
 // through one request per refill interval until its probation ends;
 // another replica refuses it from its own next strike; other clients are
 // not affected. A refusal costs no Redis call (its client is refused even
-// with Redis gone).
+// with Redis gone). The budget is counted in Redis, on a period long
+// enough that no strike of the test refills; refusals run on a clock the
+// test moves.
 func TestStrikes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	prefix := payments.NewID("strikes_")
-	const n, period = 3, 1500 * time.Millisecond // one back every 500 ms
-	const probation = time.Second
-	a := ratelimit.NewStrikes(testenv.Redis(t), prefix, n, period)
-	ratelimit.SetProbation(a, probation)
-	b := ratelimit.NewStrikes(testenv.Redis(t), prefix, n, period)
+	const n, period = 3, time.Hour // refills one every 20 minutes
+	const interval = period / n
+	clk := &manualClock{t: time.Now()}
+	replica := func() *ratelimit.Strikes {
+		s := ratelimit.NewStrikes(testenv.Redis(t), prefix, n, period)
+		ratelimit.SetStrikesClock(s, clk.now)
+		return s
+	}
+	a, b := replica(), replica()
+	const client = "203.0.113.5"
 
 	for i := range n {
-		if err := a.Strike(ctx, "203.0.113.5"); err != nil {
-			t.Fatal(err)
+		if fresh, err := a.Strike(ctx, client); err != nil || fresh {
+			t.Fatalf("strike %d of %d: fresh %v, %v", i+1, n, fresh, err)
 		}
-		if _, refused := a.Refusing("203.0.113.5"); refused {
+		if _, refused := a.Refusing(client); refused {
 			t.Fatalf("refused after strike %d of a budget of %d", i+1, n)
 		}
 	}
-	if err := a.Strike(ctx, "203.0.113.5"); err != nil {
-		t.Fatal(err)
+	if fresh, err := a.Strike(ctx, client); err != nil || !fresh {
+		t.Fatalf("the strike past the budget: fresh %v, %v; want a fresh refusal", fresh, err)
 	}
-	left, refused := a.Refusing("203.0.113.5")
-	if !refused || left <= 0 || left > period/n {
-		t.Fatalf("after %d strikes: refused %v for %v, want refused for up to %v", n+1, refused, left, period/n)
+	left, refused := a.Refusing(client)
+	if !refused || left <= 0 || left > interval {
+		t.Fatalf("after %d strikes: refused %v for %v, want refused for up to %v", n+1, refused, left, interval)
+	}
+	if fresh, err := a.Strike(ctx, client); err != nil || fresh {
+		t.Errorf("a strike while refused: fresh %v, %v; want a refusal that is not fresh", fresh, err)
 	}
 	if _, refused := a.Refusing("198.51.100.9"); refused {
 		t.Error("another client is refused")
 	}
-	if _, refused := b.Refusing("203.0.113.5"); refused {
+	if _, refused := b.Refusing(client); refused {
 		t.Error("a replica that has not struck the client refuses it")
 	}
-	if err := b.Strike(ctx, "203.0.113.5"); err != nil {
+	if _, err := b.Strike(ctx, client); err != nil {
 		t.Fatal(err)
 	}
-	if _, refused := b.Refusing("203.0.113.5"); !refused {
+	if _, refused := b.Refusing(client); !refused {
 		t.Error("the other replica's strike past the shared budget did not refuse the client")
 	}
 
@@ -59,14 +83,14 @@ func TestStrikes(t *testing.T) {
 	// refusing anyone.
 	rdb := testenv.Redis(t)
 	c := ratelimit.NewStrikes(rdb, prefix, n, period)
-	if err := c.Strike(ctx, "203.0.113.5"); err != nil {
+	if _, err := c.Strike(ctx, client); err != nil {
 		t.Fatal(err)
 	}
 	rdb.Close()
-	if _, refused := c.Refusing("203.0.113.5"); !refused {
+	if _, refused := c.Refusing(client); !refused {
 		t.Error("refused client not refused without Redis")
 	}
-	if err := c.Strike(ctx, "192.0.2.1"); err == nil {
+	if _, err := c.Strike(ctx, "192.0.2.1"); err == nil {
 		t.Error("a strike without Redis reported no error")
 	}
 	if _, refused := c.Refusing("192.0.2.1"); refused {
@@ -74,24 +98,22 @@ func TestStrikes(t *testing.T) {
 	}
 
 	// When the refusal ends the client is on probation: one request goes,
-	// and the next waits a refill interval, until the probation ends.
-	time.Sleep(left + 10*time.Millisecond)
-	if _, refused := a.Refusing("203.0.113.5"); refused {
-		t.Errorf("still refused after its %v", left)
+	// and the next waits the refill interval, until the probation ends
+	// (ten intervals after the last refusal's end).
+	left, _ = a.Refusing(client)
+	clk.add(left + time.Millisecond)
+	for turn := range 3 {
+		if _, refused := a.Refusing(client); refused {
+			t.Errorf("probation, turn %d: its first request is refused", turn+1)
+		}
+		if wait, refused := a.Refusing(client); !refused || wait != interval {
+			t.Errorf("probation, turn %d: the request after it: refused %v for %v, want refused for %v", turn+1, refused, wait, interval)
+		}
+		clk.add(interval)
 	}
-	if wait, refused := a.Refusing("203.0.113.5"); !refused || wait > period/n {
-		t.Errorf("on probation, the request after one that went: refused %v for %v, want refused for up to %v", refused, wait, period/n)
-	}
-	time.Sleep(period/n + 10*time.Millisecond)
-	if _, refused := a.Refusing("203.0.113.5"); refused {
-		t.Error("on probation, a request a refill interval later is refused")
-	}
-	if _, refused := a.Refusing("203.0.113.5"); !refused {
-		t.Error("on probation, the request right after it is not refused")
-	}
-	time.Sleep(probation)
+	clk.add(10 * interval)
 	for i := range 3 {
-		if _, refused := a.Refusing("203.0.113.5"); refused {
+		if _, refused := a.Refusing(client); refused {
 			t.Errorf("after probation, request %d is refused", i+1)
 		}
 	}
