@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"paysvc/internal/admin"
+	"paysvc/internal/breaker"
 	"paysvc/internal/config"
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
@@ -83,6 +84,15 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 	}
 	registerPoolMetrics(db.DB, process)
 	rdb := redis.NewUniversalClient(ropt)
+	if process == "api" {
+		// Requests wait on the API's Redis commands; nothing waits on the
+		// worker's, and Asynq's processor, which shares the worker's
+		// client, dequeues again at once after an error: commands failing
+		// at once there would spin it.
+		brk := breaker.New(log, breaker.Cooldown, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
+		rdb.AddHook(brk)
+		registerBreakerMetric(brk)
+	}
 	if process != "cli" {
 		go CheckRedisEviction(context.WithoutCancel(ctx), rdb, log, EvictionCheckRetry)
 	}
@@ -100,6 +110,25 @@ func registerPoolMetrics(db *sql.DB, process string) {
 	err := prometheus.Register(collectors.NewDBStatsCollector(db, process))
 	if are := (prometheus.AlreadyRegisteredError{}); err != nil && !errors.As(err, &are) {
 		slog.Warn("pool metrics not registered", "error", err)
+	}
+}
+
+// registerBreakerMetric exports the API's Redis breaker's state on
+// /metrics as paysvc_redis_circuit_open: 1 while Redis commands fail at
+// once because Redis stopped answering. The first breaker of a process is
+// the one exported (tests set up more than one).
+func registerBreakerMetric(b *breaker.Hook) {
+	err := prometheus.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "paysvc_redis_circuit_open",
+		Help: "1 while Redis does not answer and the API's Redis commands fail at once (it pings Redis every second meanwhile), else 0.",
+	}, func() float64 {
+		if b.Open() {
+			return 1
+		}
+		return 0
+	}))
+	if are := (prometheus.AlreadyRegisteredError{}); err != nil && !errors.As(err, &are) {
+		slog.Warn("breaker metric not registered", "error", err)
 	}
 }
 

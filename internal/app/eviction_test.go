@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"paysvc/internal/app"
+	"paysvc/internal/breaker"
 	"paysvc/internal/testenv"
 )
 
@@ -115,4 +116,34 @@ func setupLog(t *testing.T, process, want string) string {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return out.String()
+}
+
+// TestSetupBreaksRedisCircuit: the API's Redis client fails a command at
+// once, without sending it, after Redis has not answered three in a row
+// (internal/breaker), instead of letting each wait out its budget. The
+// worker's does not: Asynq's processor shares it and would spin.
+func TestSetupBreaksRedisCircuit(t *testing.T) {
+	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
+	t.Setenv("REDIS_URL", "redis://"+testenv.FreeAddr(t)+"/0") // nothing listens there
+	for _, process := range []string{"api", "worker"} {
+		env, err := app.Setup(context.Background(), process, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer env.Close()
+		for range 3 {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			err := env.Redis.Ping(ctx).Err()
+			cancel()
+			if err == nil {
+				t.Fatalf("%s: PING answered with nothing listening", process)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err = env.Redis.Ping(ctx).Err()
+		cancel()
+		if unsent := err == breaker.ErrUnreachable; unsent != (process == "api") {
+			t.Fatalf("%s, after three unanswered commands: got %v", process, err)
+		}
+	}
 }

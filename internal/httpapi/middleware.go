@@ -17,6 +17,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"paysvc/internal/breaker"
 	"paysvc/internal/payments"
 	"paysvc/internal/ratelimit"
 )
@@ -285,7 +286,11 @@ func (s *Server) allowed(c *gin.Context, check ratelimit.Check) bool {
 	res, err := check.Wait()
 	if err != nil {
 		rateLimitUnavailable.Inc()
-		s.log.WarnContext(c.Request.Context(), "rate limiter unavailable, allowing request", append(logAttrs(c), "error", err)...)
+		if !errors.Is(err, breaker.ErrUnreachable) {
+			// Logged once a failure; while Redis is down, once by the
+			// breaker, and each request is counted.
+			s.log.WarnContext(c.Request.Context(), "rate limiter unavailable, allowing request", append(logAttrs(c), "error", err)...)
+		}
 		return true
 	}
 	h := c.Writer.Header()

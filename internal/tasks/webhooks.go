@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"paysvc/internal/breaker"
 	"paysvc/internal/payments"
 )
 
@@ -172,7 +173,11 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task) int {
 		wg.Wait()
 	}
 	if failed > 0 {
-		e.Log.WarnContext(ctx, "enqueue tasks; the relay will retry", "failed", failed, "of", len(ts),
+		level := slog.LevelWarn
+		if errors.Is(firstErr, breaker.ErrUnreachable) {
+			level = slog.LevelDebug // the breaker said so once
+		}
+		e.Log.Log(ctx, level, "enqueue tasks; the relay will retry", "failed", failed, "of", len(ts),
 			"type", errType, "error", firstErr)
 	}
 	return queued
@@ -192,6 +197,8 @@ func (e *Enqueuer) enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Opt
 	case err == nil:
 		return true
 	case errors.Is(err, asynq.ErrTaskIDConflict):
+	case errors.Is(err, breaker.ErrUnreachable):
+		e.Log.DebugContext(ctx, "enqueue task; the relay will retry", "type", t.Type(), "error", err)
 	default:
 		e.Log.WarnContext(ctx, "enqueue task; the relay will retry", "type", t.Type(), "error", err)
 	}
