@@ -66,6 +66,7 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 	cfg.AdminAddr = cfg.AdminAddrs.For(process) // one environment for all three processes
 	log := Logger(cfg.LogLevel).With("process", process)
 	slog.SetDefault(log)
+	redis.SetLogger(redisLog{log})
 	if cfg.SecretsKeyIsDev && process != "cli" {
 		log.Warn("SECRETS_KEY is not set: using the built-in development key; webhook secrets are NOT protected at rest. Set SECRETS_KEY (openssl rand -base64 32) in production.")
 	}

@@ -147,3 +147,20 @@ func TestSetupBreaksRedisCircuit(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisClientLogsJSON: go-redis's own messages (here, its dials that
+// keep failing) come out through the process's logger, as JSON lines, not
+// as go-redis's plain text.
+func TestRedisClientLogsJSON(t *testing.T) {
+	t.Setenv("DATABASE_URL", testenv.DatabaseURL(t))
+	t.Setenv("REDIS_URL", "redis://"+testenv.FreeAddr(t)+"/0") // nothing listens there
+	out := setupLog(t, "worker", `"msg":"redis client"`)
+	if !strings.Contains(out, `"msg":"redis client"`) {
+		t.Fatalf("no go-redis message through the logger within 5 s; logged %q", out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			t.Errorf("a line that is not JSON: %q", line)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 )
@@ -15,3 +16,12 @@ func (l AsynqLogger) Error(args ...any) { l.Log.Error(fmt.Sprint(args...)) }
 
 // Fatal logs like Error; asynq exits the process itself after calling it.
 func (l AsynqLogger) Fatal(args ...any) { l.Log.Error(fmt.Sprint(args...)) }
+
+// redisLog writes go-redis's own messages (a dial that keeps failing, a
+// sentinel naming a new master) through the process's logger, as JSON like
+// every other line, where go-redis would print plain text to stderr.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}
