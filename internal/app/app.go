@@ -47,6 +47,9 @@ type Env struct {
 	// RedisOpt are the same options for the dashboard (asynqmon), which
 	// takes options rather than a client.
 	RedisOpt asynq.RedisConnOpt
+	// Breaker is the API's circuit breaker on Redis (nil in the other
+	// processes).
+	Breaker *breaker.Hook
 }
 
 // Logger returns the JSON logger at level.
@@ -85,12 +88,13 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 	}
 	registerPoolMetrics(db.DB, process)
 	rdb := redis.NewUniversalClient(ropt)
+	var brk *breaker.Hook
 	if process == "api" {
 		// Requests wait on the API's Redis commands; nothing waits on the
 		// worker's, and Asynq's processor, which shares the worker's
 		// client, dequeues again at once after an error: commands failing
 		// at once there would spin it.
-		brk := breaker.New(log, breaker.Cooldown, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
+		brk = breaker.New(log, breaker.Cooldown, func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
 		rdb.AddHook(brk)
 		registerBreakerMetric(brk)
 	}
@@ -98,7 +102,7 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 		go CheckRedisEviction(context.WithoutCancel(ctx), rdb, log, EvictionCheckRetry)
 	}
 	aopt := asynqOpt(ropt)
-	return &Env{Config: cfg, Log: log, DB: db, Store: postgres.New(db), Redis: rdb, RedisOpt: aopt}, nil
+	return &Env{Config: cfg, Log: log, DB: db, Store: postgres.New(db), Redis: rdb, RedisOpt: aopt, Breaker: brk}, nil
 }
 
 // registerPoolMetrics exports the PostgreSQL pool's sql.DBStats on
@@ -144,6 +148,9 @@ func asynqOpt(o *redis.UniversalOptions) asynq.RedisConnOpt {
 
 // Close releases the connections.
 func (e *Env) Close() {
+	if e.Breaker != nil {
+		e.Breaker.Close()
+	}
 	e.Redis.Close()
 	e.DB.Close()
 }
@@ -176,6 +183,9 @@ const EnqueueBudget = 300 * time.Millisecond
 func (e *Env) Enqueuer() (*tasks.Enqueuer, func()) {
 	client := asynq.NewClientFromRedisClient(e.Redis)
 	enq := &tasks.Enqueuer{Client: client, Log: e.Log, Redis: e.Redis}
+	if e.Breaker != nil {
+		enq.RedisDown = e.Breaker.Open
+	}
 	e.Store.OnCommit(func(ctx context.Context, jobs []payments.Job) {
 		// The request may be ending; the rows are committed either way, and
 		// the relay enqueues what this misses: with Redis down or failing

@@ -11,13 +11,14 @@
 // behind it: 32 connections of GETs went from about 14,000 a second to 220.
 //
 // The breaker is a go-redis hook on the API's client (sony/gobreaker):
-// after three commands in a row fail without an answer from Redis it
-// opens, and every command fails at once with ErrUnreachable, never
-// reaching the network. While it is open a goroutine of its own pings
-// Redis every Cooldown, and the first answer closes it: no request waits
-// on a probe. An answer from Redis, even an error reply (NOSCRIPT,
-// WRONGTYPE), counts as Redis up; a command its caller abandoned counts
-// as nothing.
+// once three commands in a row have failed without an answer from Redis,
+// and Redis has answered none for 300 ms, it opens, and every command
+// fails at once with ErrUnreachable, never reaching the network. While it
+// is open a goroutine of its own pings Redis every Cooldown, and the first
+// answer closes it: no request waits on a probe. An answer from Redis, even
+// an error reply (NOSCRIPT, WRONGTYPE), counts as Redis up; a command its
+// caller abandoned, one whose budget had run out before it started, and
+// one that waited for a connection of the client's pool count as nothing.
 package breaker
 
 import (
@@ -41,14 +42,20 @@ var ErrUnreachable = errors.New("redis does not answer (circuit open)")
 // (tests use shorter ones).
 const Cooldown = time.Second
 
-// trip is how many commands in a row must fail to open the breaker: one
-// slow answer under load is not an outage.
-const trip = 3
+// The breaker opens when trip commands in a row have failed and Redis
+// has answered none for quiet: a few slow answers under load, or a short
+// stall of Redis, are not an outage.
+const (
+	trip  = 3
+	quiet = 300 * time.Millisecond
+)
 
 // Hook is the breaker, a redis.Hook: add it to a client with AddHook.
 type Hook struct {
 	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	open     atomic.Bool
+	closed   atomic.Bool  // the client is closing: commands go to go-redis, which says so
+	answered atomic.Int64 // when Redis last answered a command, Unix ns
 	cooldown time.Duration
 	ping     func(context.Context) error
 }
@@ -62,8 +69,10 @@ func New(log *slog.Logger, cooldown time.Duration, ping func(context.Context) er
 		Name:        "redis",
 		MaxRequests: 1, // the probe
 		Timeout:     cooldown,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= trip },
-		IsExcluded:  func(err error) bool { return errors.Is(err, errAbandoned) },
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= trip && time.Since(time.Unix(0, h.answered.Load())) >= quiet
+		},
+		IsExcluded: func(err error) bool { return errors.Is(err, errAbandoned) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			h.open.Store(to != gobreaker.StateClosed)
 			switch {
@@ -85,11 +94,14 @@ func New(log *slog.Logger, cooldown time.Duration, ping func(context.Context) er
 // context), which is that command's to count.
 type passKey struct{}
 
-// probe pings Redis every cooldown until an answer closes the breaker.
-// It is the only caller of Allow while the breaker is not closed.
+// probe pings Redis every cooldown until an answer closes the breaker
+// (with one probe request allowed, an answer while half-open closes it), or
+// the client closes. Besides a request that stalled for a whole cooldown
+// between allow's two reads, it is the only caller of Allow while the
+// breaker is not closed.
 func (h *Hook) probe() {
 	wait := h.cooldown
-	for {
+	for !h.closed.Load() {
 		time.Sleep(wait)
 		done, err := h.cb.Allow() // half-open by now: this is its one request
 		if err != nil {
@@ -100,21 +112,21 @@ func (h *Hook) probe() {
 		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), passKey{}, true), h.cooldown)
 		err = h.ping(ctx)
 		cancel()
-		if errors.Is(err, redis.ErrClosed) {
-			done(errAbandoned)
-			return // the process is closing its client
-		}
-		done(outcome(context.Background(), err))
-		if h.cb.State() == gobreaker.StateClosed {
+		o := outcome(context.Background(), err)
+		h.record(o)
+		done(o)
+		if o == nil || errors.Is(err, redis.ErrClosed) {
 			return
 		}
 	}
 }
 
 // allow admits a command while the breaker is closed; done records its
-// outcome. Only the probe tries Redis otherwise.
+// outcome. Only the probe tries Redis otherwise. A command whose context
+// has already ended says nothing about Redis: it goes to go-redis, which
+// fails it, uncounted.
 func (h *Hook) allow(ctx context.Context) (inner context.Context, done func(error), ok bool) {
-	if ctx.Value(passKey{}) != nil {
+	if ctx.Value(passKey{}) != nil || h.closed.Load() || ctx.Err() != nil {
 		return ctx, func(error) {}, true
 	}
 	if h.open.Load() {
@@ -122,6 +134,35 @@ func (h *Hook) allow(ctx context.Context) (inner context.Context, done func(erro
 	}
 	done, err := h.cb.Allow()
 	return context.WithValue(ctx, passKey{}, true), done, err == nil
+}
+
+// record notes an answer from Redis, for ReadyToTrip's quiet.
+func (h *Hook) record(o error) {
+	if o == nil {
+		h.answered.Store(time.Now().UnixNano())
+	}
+}
+
+// Close makes the hook pass every command to go-redis, which fails them
+// with redis.ErrClosed once the client is closed, and ends the probe: call
+// it with the client's Close, so that what loops on Redis until the client
+// closes (the eviction check) sees it.
+func (h *Hook) Close() { h.closed.Store(true) }
+
+// run runs a command (or a pipeline) admitted by allow and records what
+// Redis made of it, also when it panics.
+func (h *Hook) run(ctx context.Context, done func(error), send func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			done(errNoAnswer)
+			panic(r)
+		}
+	}()
+	err = send()
+	o := outcome(ctx, err)
+	h.record(o)
+	done(o)
+	return err
 }
 
 // Open reports whether commands are failing at once.
@@ -141,7 +182,10 @@ func outcome(ctx context.Context, err error) error {
 	switch {
 	case err == nil, errors.Is(err, redis.Nil):
 		return nil
-	case errors.Is(ctx.Err(), context.Canceled), errors.Is(err, redis.ErrClosed):
+	case errors.Is(ctx.Err(), context.Canceled), errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout):
+		// The caller gave up, the client is closing, or the command
+		// waited for one of the client's connections, all busy: none of
+		// it is Redis's doing.
 		return errAbandoned
 	case errors.As(err, &reply):
 		// A reply: Redis is there, unless it says it cannot serve (a
@@ -167,8 +211,7 @@ func (h *Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(ErrUnreachable)
 			return ErrUnreachable
 		}
-		err := next(inner, cmd)
-		done(outcome(ctx, err))
+		err := h.run(ctx, done, func() error { return next(inner, cmd) })
 		if err = h.mark(ctx, err); err != nil {
 			cmd.SetErr(err)
 		}
@@ -198,8 +241,7 @@ func (h *Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 			}
 			return ErrUnreachable
 		}
-		err := next(inner, cmds)
-		done(outcome(ctx, err))
+		err := h.run(ctx, done, func() error { return next(inner, cmds) })
 		for _, c := range cmds {
 			if e := h.mark(ctx, c.Err()); e != c.Err() {
 				c.SetErr(e)

@@ -100,42 +100,65 @@ func within(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// TestFailsAtOnceWhileRedisIsDown: with Redis gone, three commands that get
-// no answer open the breaker; every command after them fails with
-// ErrUnreachable itself (not sent), pipelines too; and once Redis is back,
-// the breaker's own ping closes it without any command asking.
+// openIt fails commands against a Redis that is down until the breaker
+// opens, and returns how many it took.
+func openIt(t *testing.T, sw *switchable, rdb *redis.Client, h *breaker.Hook) int {
+	t.Helper()
+	sw.set(true)
+	for i := 1; i <= 50; i++ {
+		err := rdb.Get(within(t, 200*time.Millisecond), "breaker:absent").Err()
+		if err == nil || err == breaker.ErrUnreachable || errors.Is(err, redis.Nil) {
+			t.Fatalf("command %d with Redis down: got %v, want its own failure", i, err)
+		}
+		if h.Open() {
+			return i
+		}
+	}
+	t.Fatal("50 failed commands and the breaker is still closed")
+	return 0
+}
+
+// TestFailsAtOnceWhileRedisIsDown: with Redis gone, commands that get no
+// answer open the breaker (three at least, and none answered for 300 ms);
+// every command after them fails with ErrUnreachable itself (not sent),
+// pipelines too, also after several of the breaker's own pings have
+// failed; and once Redis is back, a ping closes it without any command
+// asking.
 func TestFailsAtOnceWhileRedisIsDown(t *testing.T) {
 	t.Parallel()
+	const cooldown = 300 * time.Millisecond
 	sw, redisURL := newSwitchable(t)
-	rdb, h := client(t, redisURL, 300*time.Millisecond)
+	rdb, h := client(t, redisURL, cooldown)
 	key := "breaker:" + t.Name()
 	if err := rdb.Set(context.Background(), key, "1", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 
-	sw.set(true)
-	for i := 1; i <= 3; i++ {
-		err := rdb.Get(within(t, 200*time.Millisecond), key).Err()
-		if err == nil || err == breaker.ErrUnreachable {
-			t.Fatalf("command %d with Redis down: got %v, want its own failure", i, err)
+	if n := openIt(t, sw, rdb, h); n < 3 {
+		t.Fatalf("opened after %d failed commands, want 3 at least", n)
+	}
+	unsent := func(when string) {
+		t.Helper()
+		for range 100 {
+			if err := rdb.Get(context.Background(), key).Err(); err != breaker.ErrUnreachable {
+				t.Fatalf("%s: got %v, want breaker.ErrUnreachable (not sent)", when, err)
+			}
 		}
-		if open := h.Open(); open != (i == 3) {
-			t.Fatalf("after %d failed commands: open = %v", i, open)
+		cmds, err := rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+			p.Get(context.Background(), key)
+			p.Get(context.Background(), key)
+			return nil
+		})
+		if err != breaker.ErrUnreachable || cmds[0].Err() != breaker.ErrUnreachable || cmds[1].Err() != breaker.ErrUnreachable {
+			t.Fatalf("%s, pipeline: got %v (%v, %v)", when, err, cmds[0].Err(), cmds[1].Err())
 		}
 	}
-	for range 100 {
-		if err := rdb.Get(context.Background(), key).Err(); err != breaker.ErrUnreachable {
-			t.Fatalf("open breaker: got %v, want breaker.ErrUnreachable (not sent)", err)
-		}
+	unsent("open breaker")
+	time.Sleep(3 * cooldown) // the breaker's pings fail meanwhile
+	if !h.Open() {
+		t.Fatal("closed while Redis is still down")
 	}
-	cmds, err := rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
-		p.Get(context.Background(), key)
-		p.Get(context.Background(), key)
-		return nil
-	})
-	if err != breaker.ErrUnreachable || cmds[0].Err() != breaker.ErrUnreachable || cmds[1].Err() != breaker.ErrUnreachable {
-		t.Fatalf("open breaker, pipeline: got %v (%v, %v)", err, cmds[0].Err(), cmds[1].Err())
-	}
+	unsent("open breaker, after its pings failed")
 
 	sw.set(false)
 	deadline := time.Now().Add(10 * time.Second)
@@ -151,9 +174,10 @@ func TestFailsAtOnceWhileRedisIsDown(t *testing.T) {
 }
 
 // TestAnswersKeepItClosed: error replies are answers (Redis is up), and
-// commands their callers gave up on say nothing about Redis: neither
-// opens the breaker. Two failures in a row do not open it either, and an
-// answer between failures starts the count again.
+// commands their callers gave up on, or whose budget had run out before
+// they started, say nothing about Redis: none of them opens the breaker.
+// Failures open it only three in a row: an answer between them starts
+// the count again.
 func TestAnswersKeepItClosed(t *testing.T) {
 	t.Parallel()
 	sw, redisURL := newSwitchable(t)
@@ -177,6 +201,15 @@ func TestAnswersKeepItClosed(t *testing.T) {
 		t.Fatal("open after replies and cancelled commands")
 	}
 
+	sw.set(true)
+	time.Sleep(400 * time.Millisecond) // past the quiet: only the count holds it closed now
+	expired, cancel := context.WithTimeout(ctx, -time.Second)
+	defer cancel()
+	for range 10 {
+		if err := rdb.Ping(expired).Err(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("expired: got %v", err)
+		}
+	}
 	fail := func() {
 		t.Helper()
 		sw.set(true)
@@ -186,6 +219,9 @@ func TestAnswersKeepItClosed(t *testing.T) {
 	}
 	fail()
 	fail()
+	if h.Open() {
+		t.Fatal("open after two failures and ten commands that had run out of time before they started")
+	}
 	sw.set(false)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -195,8 +231,25 @@ func TestAnswersKeepItClosed(t *testing.T) {
 	if h.Open() {
 		t.Fatal("open after two failures in a row (an answer before them)")
 	}
+	time.Sleep(400 * time.Millisecond)
 	fail()
 	if !h.Open() {
-		t.Fatal("closed after three failures in a row")
+		t.Fatal("closed after three failures in a row, none answered for 400 ms")
+	}
+}
+
+// TestClosedClientSaysClosed: once the client closes, with the breaker
+// open, its commands fail with redis.ErrClosed, as a closed client's do,
+// not with ErrUnreachable: what loops on Redis until the client closes
+// (the eviction check) must see it.
+func TestClosedClientSaysClosed(t *testing.T) {
+	t.Parallel()
+	sw, redisURL := newSwitchable(t)
+	rdb, h := client(t, redisURL, time.Minute)
+	openIt(t, sw, rdb, h)
+	h.Close()
+	rdb.Close()
+	if err := rdb.Ping(context.Background()).Err(); !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("closed client, open breaker: got %v, want redis.ErrClosed", err)
 	}
 }

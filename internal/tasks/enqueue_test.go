@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -49,5 +50,32 @@ func TestEnqueueBatch(t *testing.T) {
 	lines := log.Lines()
 	if len(lines) != 1 || !strings.Contains(lines[0], "failed=300") || !strings.Contains(lines[0], "of=300") {
 		t.Fatalf("Enqueue with the budget spent: got logs %q, want one warning for the 300 tasks", lines)
+	}
+}
+
+// TestEnqueueQuietWhileRedisDown: while the API's breaker says Redis is
+// down (RedisDown), a failed enqueue is logged at debug level, since the
+// breaker warned once; otherwise, as a warning.
+func TestEnqueueQuietWhileRedisDown(t *testing.T) {
+	client := asynq.NewClientFromRedisClient(testenv.Redis(t))
+	down := true
+	enq := &tasks.Enqueuer{Client: client, RedisDown: func() bool { return down }}
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	task := func() *asynq.Task { return asynq.NewTask("test:enqueue", nil, asynq.Queue(tasks.QueueLow)) }
+	for _, d := range []bool{true, false} {
+		down = d
+		log := &testenv.LogBuffer{}
+		enq.Log = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		enq.Enqueue(expired, []*asynq.Task{task()})
+		enq.EnqueueIn(expired, task(), time.Minute)
+		lines := log.Lines()
+		want := "level=WARN"
+		if d {
+			want = "level=DEBUG"
+		}
+		if len(lines) != 2 || !strings.Contains(lines[0], want) || !strings.Contains(lines[1], want) {
+			t.Fatalf("RedisDown %v: got logs %q, want two at %s", d, lines, want)
+		}
 	}
 }
