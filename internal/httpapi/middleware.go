@@ -192,17 +192,17 @@ func (k *keyReads) Admit() error {
 }
 
 // Missed strikes the client, even when the request has ended (its client
-// gone), within limiterBudget. Without Redis the strike is not counted, as
-// a request goes through the rate limit unlimited then (rateLimit). A new
-// refusal of an address is logged, once per refusal and API process.
+// gone), within limiterBudget. Without Redis the strike is counted in this
+// process alone (ratelimit.Strikes). A new refusal of an address is
+// logged, once per refusal and API process.
 func (k *keyReads) Missed(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limiterBudget)
 	defer cancel()
 	fresh, err := k.s.unknownKeys.Strike(ctx, k.address())
-	switch {
-	case err != nil:
+	if err != nil {
 		rateLimitUnavailable.Inc()
-	case fresh:
+	}
+	if fresh {
 		unknownKeyRefusals.Inc()
 		k.s.log.WarnContext(ctx, "client address refused: too many requests with unknown API keys",
 			"client", k.address(), "request_id", requestID(k.c))

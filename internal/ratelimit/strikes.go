@@ -26,14 +26,21 @@ import (
 // Each replica learns of a refusal from a strike of its own: a client
 // spread over n replicas may strike up to n more times than the budget
 // while it is refused, once per replica.
+//
+// Without Redis (an error, or the API's breaker open) a strike is counted
+// in this process instead, by the same rule (GCRA, n per period, a burst
+// of n): during an outage a client gets the budget once per replica, not
+// once in all, but a flood of made-up keys still meets a limit.
 type Strikes struct {
 	w         *Window
 	now       func() time.Time
+	n         int
 	interval  time.Duration // the budget's refill interval, period/n
 	probation time.Duration
 
 	mu      sync.Mutex
-	refused map[string]refusal // by client
+	refused map[string]refusal   // by client
+	local   map[string]time.Time // by client: GCRA's theoretical arrival time, without Redis
 }
 
 // refusal is a refused client's state in this process.
@@ -55,8 +62,8 @@ const minProbation = 10 * time.Second
 func NewStrikes(rdb redis.UniversalClient, prefix string, n int, period time.Duration) *Strikes {
 	interval := period / time.Duration(n)
 	return &Strikes{
-		w: NewWindow(rdb, prefix, n, period), now: time.Now, interval: interval,
-		probation: max(minProbation, 10*interval), refused: map[string]refusal{},
+		w: NewWindow(rdb, prefix, n, period), now: time.Now, n: n, interval: interval,
+		probation: max(minProbation, 10*interval), refused: map[string]refusal{}, local: map[string]time.Time{},
 	}
 }
 
@@ -87,10 +94,13 @@ func (s *Strikes) Refusing(client string) (time.Duration, bool) {
 // client is refused from now for the Window's RetryAfter, then on
 // probation; fresh says whether the client was neither refused nor on
 // probation before (a new refusal, worth telling an operator). An error
-// is Redis's: the strike is not counted.
+// is Redis's: the strike was counted in this process alone.
 func (s *Strikes) Strike(ctx context.Context, client string) (fresh bool, err error) {
 	res, err := s.w.Allow(ctx, client)
-	if err != nil || res.Allowed {
+	if err != nil {
+		res = s.strikeHere(client)
+	}
+	if res.Allowed {
 		return false, err
 	}
 	now := s.now()
@@ -109,5 +119,32 @@ func (s *Strikes) Strike(ctx context.Context, client string) (fresh bool, err er
 	old, was := s.refused[client]
 	until := now.Add(res.RetryAfter)
 	s.refused[client] = refusal{until: until, probation: until.Add(s.probation)}
-	return !was || !old.probation.After(now), nil
+	return !was || !old.probation.After(now), err
+}
+
+// strikeHere counts a strike without Redis: GCRA on this process's clock,
+// in a map bounded as refused is.
+func (s *Strikes) strikeHere(client string) Result {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tat := s.local[client]
+	if tat.Before(now) {
+		tat = now
+	}
+	if wait := tat.Sub(now) - time.Duration(s.n-1)*s.interval; wait > 0 {
+		return Result{RetryAfter: wait}
+	}
+	if len(s.local) >= maxRefused {
+		for c, t := range s.local {
+			if !t.After(now) {
+				delete(s.local, c)
+			}
+		}
+		if len(s.local) >= maxRefused {
+			clear(s.local)
+		}
+	}
+	s.local[client] = tat.Add(s.interval)
+	return Result{Allowed: true}
 }

@@ -118,3 +118,45 @@ func TestStrikes(t *testing.T) {
 		}
 	}
 }
+
+// TestStrikesWithoutRedis: with Redis gone, strikes are counted in the
+// process by the same rule: the budget's n strikes go (each reporting
+// Redis's error), the next refuses the client (a fresh refusal) for the
+// refill interval, and a strike an interval later goes again; another
+// client has its own budget.
+func TestStrikesWithoutRedis(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const n, period = 3, time.Hour
+	const interval = period / n
+	rdb := testenv.Redis(t)
+	s := ratelimit.NewStrikes(rdb, payments.NewID("strikes_"), n, period)
+	clk := &manualClock{t: time.Now()}
+	ratelimit.SetStrikesClock(s, clk.now)
+	rdb.Close()
+	const client = "203.0.113.7"
+	for i := range n {
+		if fresh, err := s.Strike(ctx, client); err == nil || fresh {
+			t.Fatalf("strike %d of %d without Redis: fresh %v, %v; want Redis's error and no refusal", i+1, n, fresh, err)
+		}
+		if _, refused := s.Refusing(client); refused {
+			t.Fatalf("refused after strike %d of %d", i+1, n)
+		}
+	}
+	if fresh, err := s.Strike(ctx, client); err == nil || !fresh {
+		t.Fatalf("the strike past the budget without Redis: fresh %v, %v; want a fresh refusal", fresh, err)
+	}
+	if left, refused := s.Refusing(client); !refused || left <= 0 || left > interval {
+		t.Fatalf("refused %v for %v, want refused for up to %v", refused, left, interval)
+	}
+	if _, err := s.Strike(ctx, "198.51.100.20"); err == nil {
+		t.Fatal("no error without Redis")
+	}
+	if _, refused := s.Refusing("198.51.100.20"); refused {
+		t.Error("another client is refused")
+	}
+	clk.add(interval)
+	if fresh, _ := s.Strike(ctx, client); fresh {
+		t.Error("a strike a refill interval later refused the client again")
+	}
+}
