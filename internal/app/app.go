@@ -183,9 +183,6 @@ const EnqueueBudget = 300 * time.Millisecond
 func (e *Env) Enqueuer() (*tasks.Enqueuer, func()) {
 	client := asynq.NewClientFromRedisClient(e.Redis)
 	enq := &tasks.Enqueuer{Client: client, Log: e.Log, Redis: e.Redis}
-	if e.Breaker != nil {
-		enq.RedisDown = e.Breaker.Open
-	}
 	e.Store.OnCommit(func(ctx context.Context, jobs []payments.Job) {
 		// The request may be ending; the rows are committed either way, and
 		// the relay enqueues what this misses: with Redis down or failing

@@ -17,8 +17,8 @@
 // is open a goroutine of its own pings Redis every Cooldown, and the first
 // answer closes it: no request waits on a probe. An answer from Redis, even
 // an error reply (NOSCRIPT, WRONGTYPE), counts as Redis up; a command its
-// caller abandoned, one whose budget had run out before it started, and
-// one that waited for a connection of the client's pool count as nothing.
+// caller abandoned, and one whose budget had run out before it started,
+// count as nothing.
 package breaker
 
 import (
@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,7 +55,9 @@ const (
 type Hook struct {
 	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	open     atomic.Bool
-	closed   atomic.Bool  // the client is closing: commands go to go-redis, which says so
+	closed   atomic.Bool   // the client is closing: commands go to go-redis, which says so
+	stop     chan struct{} // closed by Close: the probe ends
+	stopOnce sync.Once
 	answered atomic.Int64 // when Redis last answered a command, Unix ns
 	cooldown time.Duration
 	ping     func(context.Context) error
@@ -64,7 +67,7 @@ type Hook struct {
 // hook lets through as a probe) every cooldown while it is open, logging
 // when Redis stops and starts answering on log.
 func New(log *slog.Logger, cooldown time.Duration, ping func(context.Context) error) *Hook {
-	h := &Hook{cooldown: cooldown, ping: ping}
+	h := &Hook{cooldown: cooldown, ping: ping, stop: make(chan struct{})}
 	h.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1, // the probe
@@ -88,11 +91,14 @@ func New(log *slog.Logger, cooldown time.Duration, ping func(context.Context) er
 	return h
 }
 
-// passKey marks a context whose commands the hook lets through unchecked
-// and uncounted: the breaker's own ping, and what go-redis sends inside a
-// command it was asked for (a new connection's HELLO, with the command's
-// context), which is that command's to count.
-type passKey struct{}
+// Contexts whose commands the hook lets through unchecked: the breaker's
+// own ping (probeKey), whose answer it records itself, and what go-redis
+// sends inside a command it was asked for (innerKey: a new connection's
+// HELLO, with the command's context), which is that command's to count.
+type (
+	probeKey struct{}
+	innerKey struct{}
+)
 
 // probe pings Redis every cooldown until an answer closes the breaker
 // (with one probe request allowed, an answer while half-open closes it), or
@@ -101,19 +107,23 @@ type passKey struct{}
 // breaker is not closed.
 func (h *Hook) probe() {
 	wait := h.cooldown
-	for !h.closed.Load() {
-		time.Sleep(wait)
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-time.After(wait):
+		}
 		done, err := h.cb.Allow() // half-open by now: this is its one request
 		if err != nil {
 			wait = h.cooldown / 16 // woken a little early
 			continue
 		}
 		wait = h.cooldown
-		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), passKey{}, true), h.cooldown)
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), probeKey{}, true), h.cooldown)
 		err = h.ping(ctx)
 		cancel()
 		o := outcome(context.Background(), err)
-		h.record(o)
+		h.record(context.Background(), o)
 		done(o)
 		if o == nil || errors.Is(err, redis.ErrClosed) {
 			return
@@ -126,19 +136,22 @@ func (h *Hook) probe() {
 // has already ended says nothing about Redis: it goes to go-redis, which
 // fails it, uncounted.
 func (h *Hook) allow(ctx context.Context) (inner context.Context, done func(error), ok bool) {
-	if ctx.Value(passKey{}) != nil || h.closed.Load() || ctx.Err() != nil {
+	if ctx.Value(innerKey{}) != nil || ctx.Value(probeKey{}) != nil || h.closed.Load() || ctx.Err() != nil {
 		return ctx, func(error) {}, true
 	}
 	if h.open.Load() {
 		return ctx, nil, false
 	}
 	done, err := h.cb.Allow()
-	return context.WithValue(ctx, passKey{}, true), done, err == nil
+	return context.WithValue(ctx, innerKey{}, true), done, err == nil
 }
 
-// record notes an answer from Redis, for ReadyToTrip's quiet.
-func (h *Hook) record(o error) {
-	if o == nil {
+// record notes an answer from Redis, for ReadyToTrip's quiet. Only the
+// commands asked for count (and the probe's ping, which records its own):
+// a new connection's HELLO inside one is answered even where the command
+// it opened for is not (a replica's READONLY).
+func (h *Hook) record(ctx context.Context, o error) {
+	if o == nil && ctx.Value(innerKey{}) == nil && ctx.Value(probeKey{}) == nil {
 		h.answered.Store(time.Now().UnixNano())
 	}
 }
@@ -147,7 +160,10 @@ func (h *Hook) record(o error) {
 // with redis.ErrClosed once the client is closed, and ends the probe: call
 // it with the client's Close, so that what loops on Redis until the client
 // closes (the eviction check) sees it.
-func (h *Hook) Close() { h.closed.Store(true) }
+func (h *Hook) Close() {
+	h.closed.Store(true)
+	h.stopOnce.Do(func() { close(h.stop) })
+}
 
 // run runs a command (or a pipeline) admitted by allow and records what
 // Redis made of it, also when it panics.
@@ -160,7 +176,7 @@ func (h *Hook) run(ctx context.Context, done func(error), send func() error) (er
 	}()
 	err = send()
 	o := outcome(ctx, err)
-	h.record(o)
+	h.record(ctx, o)
 	done(o)
 	return err
 }
@@ -183,14 +199,16 @@ func outcome(ctx context.Context, err error) error {
 	case err == nil, errors.Is(err, redis.Nil):
 		return nil
 	case errors.Is(ctx.Err(), context.Canceled), errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout):
-		// The caller gave up, the client is closing, or the command
-		// waited for one of the client's connections, all busy: none of
-		// it is Redis's doing.
+		// The caller gave up, the client is closing, or the pool's own
+		// timeout ended a wait for a connection: none of it is Redis's
+		// doing. (A wait for a busy connection that outlasts the
+		// caller's budget ends in its deadline and counts; the quiet
+		// keeps the breaker closed while Redis answers the others.)
 		return errAbandoned
 	case errors.As(err, &reply):
 		// A reply: Redis is there, unless it says it cannot serve (a
 		// replica during a failover, a server loading its data).
-		for _, p := range []string{"LOADING", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN"} {
+		for _, p := range []string{"LOADING", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "BUSY "} {
 			if strings.HasPrefix(reply.Error(), p) {
 				return errNoAnswer
 			}

@@ -23,3 +23,7 @@ func IsGiveBack(cmd redis.Cmder) bool {
 // SetStrikesClock sets the clock s's refusals and probations run on (the
 // strikes themselves are counted on Redis's).
 func SetStrikesClock(s *Strikes, now func() time.Time) { s.now = now }
+
+// StrikeHere counts a strike of client in s's process alone, as s does
+// without Redis.
+func StrikeHere(s *Strikes, client string) Result { return s.strikeHere(client) }

@@ -136,12 +136,15 @@ func (s *Strikes) strikeHere(client string) Result {
 		return Result{RetryAfter: wait}
 	}
 	if len(s.local) >= maxRefused {
+		// Full: forget the clients whose budget has refilled, and all of
+		// them if that frees less than a quarter (each then starts with a
+		// full budget), so that a full map is not scanned at every strike.
 		for c, t := range s.local {
 			if !t.After(now) {
 				delete(s.local, c)
 			}
 		}
-		if len(s.local) >= maxRefused {
+		if len(s.local) > maxRefused*3/4 {
 			clear(s.local)
 		}
 	}

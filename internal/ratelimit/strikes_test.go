@@ -155,8 +155,28 @@ func TestStrikesWithoutRedis(t *testing.T) {
 	if _, refused := s.Refusing("198.51.100.20"); refused {
 		t.Error("another client is refused")
 	}
-	clk.add(interval)
-	if fresh, _ := s.Strike(ctx, client); fresh {
-		t.Error("a strike a refill interval later refused the client again")
+
+	// The rule itself, on a client of its own: n at once, then one per
+	// refill interval, and n again after a period.
+	const other = "192.0.2.77"
+	for i := range n {
+		if res := ratelimit.StrikeHere(s, other); !res.Allowed {
+			t.Fatalf("local strike %d of %d refused", i+1, n)
+		}
+	}
+	for range 3 {
+		if res := ratelimit.StrikeHere(s, other); res.Allowed || res.RetryAfter != interval {
+			t.Fatalf("local strike past the budget: got %+v, want refused for %v", res, interval)
+		}
+		clk.add(interval)
+		if res := ratelimit.StrikeHere(s, other); !res.Allowed {
+			t.Fatalf("local strike a refill interval later: got %+v, want allowed", res)
+		}
+	}
+	clk.add(period)
+	for i := range n {
+		if res := ratelimit.StrikeHere(s, other); !res.Allowed {
+			t.Fatalf("a period later, local strike %d of %d refused", i+1, n)
+		}
 	}
 }

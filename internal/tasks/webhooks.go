@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,17 +101,14 @@ type Enqueuer struct {
 	// Redis, when set, lets PublishQueues repair the dashboard's list of
 	// queues after Redis lost its data.
 	Redis redis.UniversalClient
-	// RedisDown, when set, says the client's breaker is open and has said
-	// so: a failed enqueue is then logged at debug level, not once a
-	// request. (Asynq's scripts keep only the text of the breaker's error,
-	// so errors.Is cannot tell.)
-	RedisDown func() bool
 }
 
-// quiet says whether an enqueue's failure is the open breaker's, logged by
-// it once.
-func (e *Enqueuer) quiet(err error) bool {
-	return errors.Is(err, breaker.ErrUnreachable) || (e.RedisDown != nil && e.RedisDown())
+// quiet says whether an enqueue's failure is the API's open breaker's
+// (internal/breaker), which logged it once: it is then logged at debug
+// level, not once a request. Asynq's scripts keep only the text of the
+// error, so errors.Is cannot always tell.
+func quiet(err error) bool {
+	return errors.Is(err, breaker.ErrUnreachable) || strings.Contains(err.Error(), breaker.ErrUnreachable.Error())
 }
 
 // allQueuesKey is asynq's set of queue names, which its dashboard and
@@ -185,7 +183,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task) int {
 	}
 	if failed > 0 {
 		level := slog.LevelWarn
-		if e.quiet(firstErr) {
+		if quiet(firstErr) {
 			level = slog.LevelDebug
 		}
 		e.Log.Log(ctx, level, "enqueue tasks; the relay will retry", "failed", failed, "of", len(ts),
@@ -208,7 +206,7 @@ func (e *Enqueuer) enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Opt
 	case err == nil:
 		return true
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-	case e.quiet(err):
+	case quiet(err):
 		e.Log.DebugContext(ctx, "enqueue task; the relay will retry", "type", t.Type(), "error", err)
 	default:
 		e.Log.WarnContext(ctx, "enqueue task; the relay will retry", "type", t.Type(), "error", err)
