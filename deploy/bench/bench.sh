@@ -1364,13 +1364,13 @@ WHERE merchant_id = :mid AND livemode = false AND id = (SELECT id FROM bench_ids
 	# is the machine stopping, not one process. First BENCH_B2B_REST seconds
 	# at rest, the services idle: a VM that stops by itself (with or without
 	# steal accounted) shows there, and the run's stalls read against it.
-	local probe=(bin/stallprobe)
+	local probe=(bin/stallprobe) rest=${BENCH_B2B_REST:-15}
 	[[ ${LOADGEN[0]} == nice ]] && probe=(nice -n -10 bin/stallprobe)
-	if [[ ${BENCH_B2B_REST:-15} -gt 0 ]]; then
-		log "backtoback: the machine at rest for ${BENCH_B2B_REST:-15} s (bin/stallprobe)"
+	if [[ $rest -gt 0 ]]; then
+		log "backtoback: the machine at rest for $rest s (bin/stallprobe)"
 		"${probe[@]}" >"$OUT/stalls-rest.csv" &
 		PROBE_PID=$!
-		sleep "${BENCH_B2B_REST:-15}"
+		sleep "$rest"
 		kill "$PROBE_PID" 2>/dev/null || true
 		wait "$PROBE_PID" 2>/dev/null || true
 	fi

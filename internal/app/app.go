@@ -112,9 +112,15 @@ func Setup(ctx context.Context, process string, maxConns int) (*Env, error) {
 // there. The first pool of a process is the one exported (tests set up
 // more than one).
 func registerPoolMetrics(db *sql.DB, process string) {
-	err := prometheus.Register(collectors.NewDBStatsCollector(db, process))
+	register(collectors.NewDBStatsCollector(db, process), "pool metrics")
+}
+
+// register registers c with Prometheus once a process: a second of its
+// kind (tests set up more than one Env) is left out.
+func register(c prometheus.Collector, what string) {
+	err := prometheus.Register(c)
 	if are := (prometheus.AlreadyRegisteredError{}); err != nil && !errors.As(err, &are) {
-		slog.Warn("pool metrics not registered", "error", err)
+		slog.Warn(what+" not registered", "error", err)
 	}
 }
 
@@ -123,7 +129,7 @@ func registerPoolMetrics(db *sql.DB, process string) {
 // once because Redis stopped answering. The first breaker of a process is
 // the one exported (tests set up more than one).
 func registerBreakerMetric(b *breaker.Hook) {
-	err := prometheus.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "paysvc_redis_circuit_open",
 		Help: "1 while Redis does not answer and the API's Redis commands fail at once (it pings Redis every second meanwhile), else 0.",
 	}, func() float64 {
@@ -131,10 +137,7 @@ func registerBreakerMetric(b *breaker.Hook) {
 			return 1
 		}
 		return 0
-	}))
-	if are := (prometheus.AlreadyRegisteredError{}); err != nil && !errors.As(err, &are) {
-		slog.Warn("breaker metric not registered", "error", err)
-	}
+	}), "breaker metric")
 }
 
 // asynqOpt is o for asynq's RedisConnOpt.

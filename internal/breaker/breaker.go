@@ -39,6 +39,14 @@ import (
 // and wraps that of the command that opened it.
 var ErrUnreachable = errors.New("redis does not answer (circuit open)")
 
+// Refused says whether err is the breaker's: a command it did not send or
+// the one that opened it, which its one warning already told. Callers that
+// log what they could not do without Redis log these at debug level. The
+// text is matched too: Asynq's scripts keep only an error's text.
+func Refused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), ErrUnreachable.Error())
+}
+
 // Cooldown is how often the open breaker pings Redis, in the processes
 // (tests use shorter ones).
 const Cooldown = time.Second
@@ -100,6 +108,11 @@ type (
 	innerKey struct{}
 )
 
+// passes says whether ctx is one of those.
+func passes(ctx context.Context) bool {
+	return ctx.Value(innerKey{}) != nil || ctx.Value(probeKey{}) != nil
+}
+
 // probe pings Redis every cooldown until an answer closes the breaker
 // (with one probe request allowed, an answer while half-open closes it), or
 // the client closes. Besides a request that stalled for a whole cooldown
@@ -123,7 +136,7 @@ func (h *Hook) probe() {
 		err = h.ping(ctx)
 		cancel()
 		o := outcome(context.Background(), err)
-		h.record(context.Background(), o)
+		h.record(o)
 		done(o)
 		if o == nil || errors.Is(err, redis.ErrClosed) {
 			return
@@ -136,7 +149,7 @@ func (h *Hook) probe() {
 // has already ended says nothing about Redis: it goes to go-redis, which
 // fails it, uncounted.
 func (h *Hook) allow(ctx context.Context) (inner context.Context, done func(error), ok bool) {
-	if ctx.Value(innerKey{}) != nil || ctx.Value(probeKey{}) != nil || h.closed.Load() || ctx.Err() != nil {
+	if passes(ctx) || h.closed.Load() || ctx.Err() != nil {
 		return ctx, func(error) {}, true
 	}
 	if h.open.Load() {
@@ -146,12 +159,9 @@ func (h *Hook) allow(ctx context.Context) (inner context.Context, done func(erro
 	return context.WithValue(ctx, innerKey{}, true), done, err == nil
 }
 
-// record notes an answer from Redis, for ReadyToTrip's quiet. Only the
-// commands asked for count (and the probe's ping, which records its own):
-// a new connection's HELLO inside one is answered even where the command
-// it opened for is not (a replica's READONLY).
-func (h *Hook) record(ctx context.Context, o error) {
-	if o == nil && ctx.Value(innerKey{}) == nil && ctx.Value(probeKey{}) == nil {
+// record notes an answer from Redis, for ReadyToTrip's quiet.
+func (h *Hook) record(o error) {
+	if o == nil {
 		h.answered.Store(time.Now().UnixNano())
 	}
 }
@@ -166,7 +176,10 @@ func (h *Hook) Close() {
 }
 
 // run runs a command (or a pipeline) admitted by allow and records what
-// Redis made of it, also when it panics.
+// Redis made of it, also when it panics. Only the commands asked for
+// count as answers (the probe records its ping's itself): a new
+// connection's HELLO inside one is answered even where the command it
+// opened for is not (a replica's READONLY).
 func (h *Hook) run(ctx context.Context, done func(error), send func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -176,7 +189,9 @@ func (h *Hook) run(ctx context.Context, done func(error), send func() error) (er
 	}()
 	err = send()
 	o := outcome(ctx, err)
-	h.record(ctx, o)
+	if !passes(ctx) {
+		h.record(o)
+	}
 	done(o)
 	return err
 }

@@ -286,7 +286,7 @@ func (s *Server) allowed(c *gin.Context, check ratelimit.Check) bool {
 	res, err := check.Wait()
 	if err != nil {
 		rateLimitUnavailable.Inc()
-		if !errors.Is(err, breaker.ErrUnreachable) {
+		if !breaker.Refused(err) {
 			// Logged once a failure; while Redis is down, once by the
 			// breaker, and each request is counted.
 			s.log.WarnContext(c.Request.Context(), "rate limiter unavailable, allowing request", append(logAttrs(c), "error", err)...)

@@ -106,16 +106,7 @@ func (s *Strikes) Strike(ctx context.Context, client string) (fresh bool, err er
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.refused) >= maxRefused {
-		for c, r := range s.refused {
-			if !r.probation.After(now) {
-				delete(s.refused, c)
-			}
-		}
-		if len(s.refused) >= maxRefused {
-			clear(s.refused)
-		}
-	}
+	prune(s.refused, maxRefused-1, func(r refusal) bool { return !r.probation.After(now) })
 	old, was := s.refused[client]
 	until := now.Add(res.RetryAfter)
 	s.refused[client] = refusal{until: until, probation: until.Add(s.probation)}
@@ -135,19 +126,26 @@ func (s *Strikes) strikeHere(client string) Result {
 	if wait := tat.Sub(now) - time.Duration(s.n-1)*s.interval; wait > 0 {
 		return Result{RetryAfter: wait}
 	}
-	if len(s.local) >= maxRefused {
-		// Full: forget the clients whose budget has refilled, and all of
-		// them if that frees less than a quarter (each then starts with a
-		// full budget), so that a full map is not scanned at every strike.
-		for c, t := range s.local {
-			if !t.After(now) {
-				delete(s.local, c)
-			}
-		}
-		if len(s.local) > maxRefused*3/4 {
-			clear(s.local)
-		}
-	}
+	// Full, it forgets the clients whose budget has refilled, and all of
+	// them if that frees less than a quarter (each then starts with a full
+	// budget), so that a full map is not scanned at every strike.
+	prune(s.local, maxRefused*3/4, func(t time.Time) bool { return !t.After(now) })
 	s.local[client] = tat.Add(s.interval)
 	return Result{Allowed: true}
+}
+
+// prune bounds a map of clients at maxRefused: once full, it deletes the
+// entries that are over, and clears it if more than keep remain.
+func prune[V any](m map[string]V, keep int, over func(V) bool) {
+	if len(m) < maxRefused {
+		return
+	}
+	for c, v := range m {
+		if over(v) {
+			delete(m, c)
+		}
+	}
+	if len(m) > keep {
+		clear(m)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -103,14 +102,6 @@ type Enqueuer struct {
 	Redis redis.UniversalClient
 }
 
-// quiet says whether an enqueue's failure is the API's open breaker's
-// (internal/breaker), which logged it once: it is then logged at debug
-// level, not once a request. Asynq's scripts keep only the text of the
-// error, so errors.Is cannot always tell.
-func quiet(err error) bool {
-	return errors.Is(err, breaker.ErrUnreachable) || strings.Contains(err.Error(), breaker.ErrUnreachable.Error())
-}
-
 // allQueuesKey is asynq's set of queue names, which its dashboard and
 // inspector read. A client adds a queue there only on its first enqueue, so
 // after Redis loses its data queues stay invisible until the process restarts.
@@ -183,7 +174,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, ts []*asynq.Task) int {
 	}
 	if failed > 0 {
 		level := slog.LevelWarn
-		if quiet(firstErr) {
+		if breaker.Refused(firstErr) { // the API's open breaker, which logged it once
 			level = slog.LevelDebug
 		}
 		e.Log.Log(ctx, level, "enqueue tasks; the relay will retry", "failed", failed, "of", len(ts),
@@ -206,7 +197,7 @@ func (e *Enqueuer) enqueue(ctx context.Context, t *asynq.Task, opts ...asynq.Opt
 	case err == nil:
 		return true
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-	case quiet(err):
+	case breaker.Refused(err):
 		e.Log.DebugContext(ctx, "enqueue task; the relay will retry", "type", t.Type(), "error", err)
 	default:
 		e.Log.WarnContext(ctx, "enqueue task; the relay will retry", "type", t.Type(), "error", err)
