@@ -41,13 +41,16 @@
 #   BENCH_ONLY       run only these groups (space-separated: main webhooks refunds subscriptions
 #                    events renewals dashboard scaleout scale merchants idle stripe); README.md and
 #                    deploy/bench/results.md are then left alone (the run's results.md is in its output folder)
-#   BENCH_POOLER_SIZE      scaleout: PgBouncer's server connections for the pooled rows (20)
+#   BENCH_POOLER_SIZE      scaleout, BENCH_B2B_POOLED: PgBouncer's server connections (20)
 #   BENCH_MODE       empty: the scenarios below, each after a CHECKPOINT; backtoback: the
 #                    phases of the independent harness of issue 17 back to back with no pause
 #                    or CHECKPOINT between them (see backtoback below; its defaults are
 #                    BENCH_DURATION=10s BENCH_WARMUP=2s BENCH_OPEN_CONNS=64)
 #   BENCH_B2B_REST   backtoback: seconds of bin/stallprobe on the machine at rest before the
 #                    first phase (15; 0 skips it)
+#   BENCH_B2B_POOLED backtoback: 1 runs the API through a local PgBouncer in transaction mode
+#                    (BENCH_POOLER_SIZE server connections), pgbench still direct; its report
+#                    goes into results.md's own block (0)
 #
 # Adding a scenario is one line in main(), see `scenario` below.
 # shellcheck disable=SC2016 # backquotes in printf formats are Markdown
@@ -101,6 +104,8 @@ BENCH_IDLE_CONNS=${BENCH_IDLE_CONNS:-10000}
 BENCH_STRIPE_RATE=${BENCH_STRIPE_RATE:-200}
 BENCH_STRIPE_EVENTS=${BENCH_STRIPE_EVENTS:-20000}
 BENCH_ONLY=${BENCH_ONLY:-}
+BENCH_POOLER_SIZE=${BENCH_POOLER_SIZE:-20}
+B2B_POOLED=${BENCH_B2B_POOLED:-0}
 
 export DATABASE_URL="$BENCH_PG/$BENCH_DB?sslmode=disable"
 export REDIS_URL="$BENCH_REDIS_URL"
@@ -133,7 +138,10 @@ cleanup() {
 	[[ -n $SAMPLER_PID ]] && kill "$SAMPLER_PID" 2>/dev/null || true
 	[[ -n $PROBE_PID ]] && kill "$PROBE_PID" 2>/dev/null || true
 	((${#SENTINEL_PIDS[@]})) && kill "${SENTINEL_PIDS[@]}" 2>/dev/null || true
-	[[ -n $POOLER_DIR ]] && PGBOUNCER_DIR=$POOLER_DIR bash deploy/local/pgbouncer.sh stop 2>/dev/null || true
+	if [[ -n $POOLER_DIR ]]; then
+		PGBOUNCER_DIR=$POOLER_DIR bash deploy/local/pgbouncer.sh stop 2>/dev/null || true
+		rm -rf "$POOLER_DIR"
+	fi
 	[[ -n $WORKER_PID ]] && kill -KILL "$WORKER_PID" 2>/dev/null || true
 	[[ -n $BARE_PID ]] && kill -KILL "$BARE_PID" 2>/dev/null || true
 	[[ -n $SCHEDULER_PID ]] && kill -KILL "$SCHEDULER_PID" 2>/dev/null || true
@@ -1235,7 +1243,7 @@ pooled() {
 	local url direct=$DATABASE_URL
 	# Under /tmp: as root PgBouncer runs as postgres, which cannot enter $OUT.
 	POOLER_DIR="${TMPDIR:-/tmp}/paysvc-bench-pgbouncer-$$"
-	url=$(PGBOUNCER_DIR=$POOLER_DIR PGBOUNCER_POOL_SIZE=${BENCH_POOLER_SIZE:-20} bash deploy/local/pgbouncer.sh start) ||
+	url=$(PGBOUNCER_DIR=$POOLER_DIR PGBOUNCER_POOL_SIZE=$BENCH_POOLER_SIZE bash deploy/local/pgbouncer.sh start) ||
 		die "deploy/local/pgbouncer.sh start failed"
 	stop_api
 	DATABASE_URL="${url%%/\?*}/$BENCH_DB?sslmode=disable" DATABASE_DIRECT_URL=$direct DATABASE_POOL_MODE=transaction start_api
@@ -1351,7 +1359,18 @@ WHERE merchant_id = :mid AND livemode = false AND id = (SELECT id FROM bench_ids
 		log "nice -n -10 refused (needs root): the generator runs at the default priority"
 	fi
 	pg -c "ALTER DATABASE $BENCH_DB SET track_wal_io_timing = on"
-	GODEBUG=${GODEBUG:+$GODEBUG,}gctrace=1 start_api
+	if [[ $B2B_POOLED == 1 ]]; then
+		# The API through PgBouncer in transaction mode, as pooled() runs it;
+		# pgbench stays direct: the ratios are against raw PostgreSQL.
+		local url
+		POOLER_DIR="${TMPDIR:-/tmp}/paysvc-bench-pgbouncer-$$"
+		url=$(PGBOUNCER_DIR=$POOLER_DIR PGBOUNCER_POOL_SIZE=$BENCH_POOLER_SIZE bash deploy/local/pgbouncer.sh start) ||
+			die "deploy/local/pgbouncer.sh start failed"
+		DATABASE_URL="${url%%/\?*}/$BENCH_DB?sslmode=disable" DATABASE_DIRECT_URL=$DATABASE_URL DATABASE_POOL_MODE=transaction \
+			GODEBUG=${GODEBUG:+$GODEBUG,}gctrace=1 start_api
+	else
+		GODEBUG=${GODEBUG:+$GODEBUG,}gctrace=1 start_api
+	fi
 	smoke POST /v1/products "$product"
 	smoke GET "/v1/products/$(head -n 1 "$IDS")"
 	smoke GET "/v1/products?limit=10"
@@ -1516,14 +1535,22 @@ pg_log_copy() {
 	tail -c +"$((PG_LOG_OFFSET + 1))" "$PG_LOG" >"$OUT/postgres.log" || true
 }
 
+# b2b_report: the run's block in results.md, between its markers: backtoback,
+# or backtoback-pooled for BENCH_B2B_POOLED=1 (the two are kept side by side).
 b2b_report() {
-	local date block
+	local date block mark=backtoback title='Back to back (`make bench-b2b`)' via=''
+	if [[ $B2B_POOLED == 1 ]]; then
+		mark=backtoback-pooled
+		title='Back to back through PgBouncer (`BENCH_B2B_POOLED=1 make bench-b2b`)'
+		via=" The API reached PostgreSQL through a local PgBouncer 1.x in transaction mode ($BENCH_POOLER_SIZE server connections, DATABASE_POOL_MODE=transaction); pgbench connected directly."
+		via=${via/1.x/$(/usr/sbin/pgbouncer --version 2>/dev/null | awk 'NR == 1 { print $2 }')}
+	fi
 	date=$(date -u '+%Y-%m-%d %H:%M UTC')
 	block=$(
-		printf '<!-- backtoback:start -->\n## Back to back (`make bench-b2b`)\n\n'
-		printf 'Measured on %s (%s). The phases of issue 17'"'"'s harness in its order, %ss each after %ss warmup, no pause or CHECKPOINT between them; %s connections closed, open model at %s req/s with %s in flight, generator at %s; ratios against the mean of both raw rounds. %s products of the benchmarked merchant at the start.\n\n' \
+		printf '<!-- %s:start -->\n## %s\n\n' "$mark" "$title"
+		printf 'Measured on %s (%s). The phases of issue 17'"'"'s harness in its order, %ss each after %ss warmup, no pause or CHECKPOINT between them; %s connections closed, open model at %s req/s with %s in flight, generator at %s; ratios against the mean of both raw rounds. %s products of the benchmarked merchant at the start.%s\n\n' \
 			"$date" "$(machine)" "$SECS" "$WARM" "$BENCH_CONNS" "$BENCH_RATE" "$BENCH_OPEN_CONNS" \
-			"$([[ ${LOADGEN[0]} == nice ]] && echo 'nice -n -10' || echo 'the default priority')" "$BENCH_ROWS"
+			"$([[ ${LOADGEN[0]} == nice ]] && echo 'nice -n -10' || echo 'the default priority')" "$BENCH_ROWS" "$via"
 		b2b_table
 		printf '\n'
 		b2b_seconds
@@ -1531,13 +1558,13 @@ b2b_report() {
 		b2b_pgstat
 		b2b_checkpoints
 		b2b_gc
-		printf '<!-- backtoback:end -->\n'
+		printf '<!-- %s:end -->\n' "$mark"
 	)
 	printf '%s\n' "$block" >"$OUT/backtoback.md"
-	if [[ -f deploy/bench/results.md ]] && grep -q '<!-- backtoback:start -->' deploy/bench/results.md; then
-		awk -v f="$OUT/backtoback.md" '
-			/<!-- backtoback:start -->/ { while ((getline l < f) > 0) print l; skip = 1; next }
-			/<!-- backtoback:end -->/   { skip = 0; next }
+	if [[ -f deploy/bench/results.md ]] && grep -q "<!-- $mark:start -->" deploy/bench/results.md; then
+		awk -v f="$OUT/backtoback.md" -v start="<!-- $mark:start -->" -v end="<!-- $mark:end -->" '
+			$0 == start { while ((getline l < f) > 0) print l; skip = 1; next }
+			$0 == end   { skip = 0; next }
 			!skip { print }
 		' deploy/bench/results.md >"$OUT/results.md"
 	else
