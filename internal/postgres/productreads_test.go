@@ -2,8 +2,10 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
@@ -259,4 +261,95 @@ func TestConcurrentProductPagesShareStatements(t *testing.T) {
 		t.Errorf("%d pages asked for at once took %d runs; want them shared", n, runs.Load())
 	}
 	t.Logf("%d pages in %d runs", n, runs.Load())
+}
+
+// TestProductsByKeysFunction: on a pool that prepares nothing (transaction
+// pooling), product reads go through products_by_keys (migration 0021),
+// alone and together; they must answer exactly what a preparing pool's
+// statements answer: every column, in its scope only, not found the same.
+// The function repeats productCols' columns, so a column added to one and
+// not the other fails here.
+func TestProductsByKeysFunction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testenv.DirectDatabaseURL(t)
+	prepared := postgres.New(testenv.DBOnMode(t, url, postgres.PoolSession))
+	unprepared := postgres.New(testenv.DBOnMode(t, url, postgres.PoolTransaction))
+	a := payments.Scope{MerchantID: payments.NewID("mch_")}
+	b := payments.Scope{MerchantID: payments.NewID("mch_")}
+	for _, sc := range []payments.Scope{a, b} {
+		if err := prepared.CreateMerchant(ctx, payments.Merchant{ID: sc.MerchantID, Name: t.Name(), Plan: payments.PlanFree, Created: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	str := func(s string) *string { return &s }
+	yes := true
+	full := payments.Product{ID: payments.NewID("prod_"), Name: "Full", Description: str("Every column set"), Active: true,
+		Images: []string{"https://img.example/a.png", "https://img.example/b.png"}, URL: str("https://shop.example/full"),
+		Metadata: map[string]string{"sku": "f-1", "colour": "blue"}, Shippable: &yes, UnitLabel: str("seat"),
+		StatementDescriptor: str("FULL PRODUCT"), TaxCode: str("txcd_99999999"), Created: time.Now().Truncate(time.Microsecond)}
+	full.DefaultPrice = &payments.Price{ID: payments.NewID("price_"), ProductID: full.ID, Amount: 4200, Currency: "eur",
+		TaxBehavior: str("inclusive"), Created: full.Created}
+	if err := prepared.CreateProduct(ctx, a, full); err != nil {
+		t.Fatal(err)
+	}
+	bare := createProduct(t, prepared, a, "bare", 0)
+	ofB := createProduct(t, prepared, b, "of b", 700)
+	aLive := payments.Scope{MerchantID: a.MerchantID, Live: true}
+	cases := []struct {
+		sc payments.Scope
+		id string
+	}{{a, full.ID}, {a, bare.ID}, {b, ofB.ID}, {a, ofB.ID}, {b, full.ID}, {aLive, full.ID}, {a, "prod_missing"}}
+
+	type answer struct {
+		p    payments.Product
+		code payments.Code
+	}
+	read := func(read func(context.Context, payments.Scope, string) (payments.Product, error), sc payments.Scope, id string) answer {
+		p, err := read(ctx, sc, id)
+		if err != nil && payments.ErrorCode(err) != payments.ProductNotFound {
+			t.Errorf("%s in %+v: %v", id, sc, err)
+		}
+		return answer{p, payments.ErrorCode(err)}
+	}
+	show := func(a answer) string {
+		b, _ := json.Marshal(a.p.Object())
+		return fmt.Sprintf("%s %q", b, a.code)
+	}
+	want := make([]answer, len(cases))
+	for i, c := range cases {
+		want[i] = read(prepared.ProductUnshared, c.sc, c.id)
+	}
+	if w := want[0]; w.code != "" || w.p.Description == nil || w.p.DefaultPrice == nil || w.p.DefaultPrice.TaxBehavior == nil {
+		t.Fatalf("the prepared read of the full product: %s", show(w))
+	}
+	// Alone: one key a statement.
+	for i, c := range cases {
+		if got := read(unprepared.ProductUnshared, c.sc, c.id); !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("alone, %s in %+v: got %s, want %s", c.id, c.sc, show(got), show(want[i]))
+		}
+	}
+	// Together: many at once share statements.
+	runs, reads := unprepared.CountProductReadRuns()
+	const n = 200
+	got := make([]answer, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			c := cases[i%len(cases)]
+			got[i] = read(unprepared.Product, c.sc, c.id)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if w := want[i%len(cases)]; !reflect.DeepEqual(got[i], w) {
+			t.Errorf("together, %s in %+v: got %s, want %s", cases[i%len(cases)].id, cases[i%len(cases)].sc, show(got[i]), show(w))
+		}
+	}
+	if runs.Load() >= reads.Load() {
+		t.Errorf("%d reads took %d statements; want some shared", reads.Load(), runs.Load())
+	}
 }

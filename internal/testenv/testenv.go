@@ -157,7 +157,15 @@ func DB(t testing.TB) *sqlx.DB {
 // pool mode, closed when the test ends.
 func DBOn(t testing.TB, dbURL string) *sqlx.DB {
 	t.Helper()
-	db, err := postgres.OpenMode(context.Background(), dbURL, 20, PoolMode(), false)
+	return DBOnMode(t, dbURL, PoolMode())
+}
+
+// DBOnMode is DBOn in pool mode mode (postgres.PoolSession or
+// PoolTransaction), whatever the tests' own: a pool that prepares nothing
+// can be had on the server itself.
+func DBOnMode(t testing.TB, dbURL, mode string) *sqlx.DB {
+	t.Helper()
+	db, err := postgres.OpenMode(context.Background(), dbURL, 20, mode, false)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
