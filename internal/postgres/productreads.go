@@ -86,7 +86,7 @@ const productsByKeys = `SELECT k.i, ` + productCols + `
 	LEFT JOIN prices dp ON dp.id = p.default_price_id`
 
 // productsByKeysCall is productsByKeys as the PL/pgSQL function of migration
-// 0021, for a pool that prepares nothing (a transaction-mode pooler without
+// 0021 (which says why), for a pool that prepares nothing (a transaction-mode pooler without
 // prepared statements). PostgreSQL then parses and plans each statement
 // afresh, and this join took longer to plan than to run (about 150 µs
 // against 40 µs for one product); the function's query is planned on a
@@ -213,6 +213,11 @@ func productPagesText(st pagesStatement) string {
 
 var productPageTexts statementTexts[pagesStatement]
 
+// productPagesCall is productPagesText as the PL/pgSQL function of migration
+// 0021, for a pool that prepares nothing, as productsByKeysCall: $3 is NULL
+// for first pages, $4 the statement's rows.
+const productPagesCall = `SELECT * FROM product_pages($1, $2, $3::text[], $4)`
+
 // planKeys is the fewest keys a shared statement is given. PostgreSQL
 // plans a prepared statement for an array of 10 elements until it knows
 // better, and for the array it is given each time it weighs a custom plan:
@@ -240,8 +245,16 @@ func (s *Store) readProductPagesOf(ctx context.Context, st pagesStatement, reads
 	if st.after {
 		args = append(args, pq.Array(afters))
 	}
+	query := productPagesText(st)
+	if s.q.unprepared { // see productPagesCall
+		query = productPagesCall
+		if !st.after {
+			args = append(args, nil)
+		}
+		args = append(args, st.rows)
+	}
 	pages := make([][]productRow, len(keys))
-	err := s.scanByOrdinal(ctx, productPagesText(st), args, len(keys), func(i int, row *productRow) {
+	err := s.scanByOrdinal(ctx, query, args, len(keys), func(i int, row *productRow) {
 		pages[i] = append(pages[i], *row)
 	})
 	for i, rs := range byKey {

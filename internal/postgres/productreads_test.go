@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"paysvc/internal/payments"
 	"paysvc/internal/postgres"
 	"paysvc/internal/testenv"
@@ -19,7 +21,13 @@ import (
 // readsStore is a store on the test database with two merchants.
 func readsStore(t *testing.T) (*postgres.Store, payments.Scope, payments.Scope) {
 	t.Helper()
-	store := postgres.New(testenv.DB(t))
+	return readsStoreOn(t, testenv.DB(t))
+}
+
+// readsStoreOn is readsStore on db.
+func readsStoreOn(t *testing.T, db *sqlx.DB) (*postgres.Store, payments.Scope, payments.Scope) {
+	t.Helper()
+	store := postgres.New(db)
 	var scs [2]payments.Scope
 	for i := range scs {
 		m := payments.Merchant{ID: payments.NewID("mch_"), Name: t.Name(), Plan: payments.PlanFree, Created: time.Now()}
@@ -178,9 +186,25 @@ func TestGivenUpProductReadsAnswerAnError(t *testing.T) {
 // go to PostgreSQL together, and each is exactly the page it is alone:
 // first pages and pages after a cursor, of several sizes, merchants and
 // modes, the list's end, and a cursor of another merchant's (an error).
+//
+// On a pool that prepares nothing (transaction pooling) the pages read
+// together go through product_pages (migration 0021) and those read alone
+// through the plain statements, so there the two answers also check the
+// function against the statements.
 func TestConcurrentProductPagesShareStatements(t *testing.T) {
 	t.Parallel()
-	store, a, b := readsStore(t)
+	t.Run("tests' pool", func(t *testing.T) {
+		t.Parallel()
+		testProductPagesShared(t, testenv.DB(t))
+	})
+	t.Run("unprepared", func(t *testing.T) {
+		t.Parallel()
+		testProductPagesShared(t, testenv.DBOnMode(t, testenv.DirectDatabaseURL(t), postgres.PoolTransaction))
+	})
+}
+
+func testProductPagesShared(t *testing.T, db *sqlx.DB) {
+	store, a, b := readsStoreOn(t, db)
 	aLive := payments.Scope{MerchantID: a.MerchantID, Live: true}
 	var ofA, ofB []payments.Product
 	for i := range 25 {
@@ -207,9 +231,10 @@ func TestConcurrentProductPagesShareStatements(t *testing.T) {
 		{aLive, payments.ListParams{Limit: 10}},
 	}
 	type answer struct {
-		ids  []string
-		more bool
-		err  string
+		ids     []string
+		objects []string
+		more    bool
+		err     string
 	}
 	answerOf := func(pg payments.Page[payments.Product], err error) answer {
 		if err != nil {
@@ -218,6 +243,8 @@ func TestConcurrentProductPagesShareStatements(t *testing.T) {
 		an := answer{more: pg.HasMore, ids: []string{}}
 		for _, p := range pg.Data {
 			an.ids = append(an.ids, p.ID)
+			b, _ := json.Marshal(p.Object()) // every column, to compare
+			an.objects = append(an.objects, string(b))
 		}
 		return an
 	}
