@@ -8,7 +8,9 @@
 -- 81 µs for a statement of first pages). A PL/pgSQL function's queries are
 -- planned on a server connection's first calls and the plans kept, as a
 -- prepared statement's are, so only the call is planned
--- (deploy/bench/results.md, "Back to back through PgBouncer").
+-- (deploy/bench/results.md, "Back to back through PgBouncer, and product
+-- reads planned on every statement there"). A database without them is
+-- read with the plain statements (postgres scanThrough).
 -- Their columns are productCols' in the same order; TestProductsByKeysFunction
 -- and TestConcurrentProductPagesShareStatements check that they read the same.
 -- +goose StatementBegin

@@ -106,6 +106,14 @@ BENCH_STRIPE_EVENTS=${BENCH_STRIPE_EVENTS:-20000}
 BENCH_ONLY=${BENCH_ONLY:-}
 BENCH_POOLER_SIZE=${BENCH_POOLER_SIZE:-20}
 B2B_POOLED=${BENCH_B2B_POOLED:-0}
+case $B2B_POOLED in
+0) ;;
+1) [[ $BENCH_MODE == backtoback ]] || { printf 'bench: BENCH_B2B_POOLED=1 needs BENCH_MODE=backtoback\n' >&2; exit 2; } ;;
+*)
+	printf 'bench: BENCH_B2B_POOLED=%s: want 0 or 1\n' "$B2B_POOLED" >&2
+	exit 2
+	;;
+esac
 
 export DATABASE_URL="$BENCH_PG/$BENCH_DB?sslmode=disable"
 export REDIS_URL="$BENCH_REDIS_URL"
@@ -1210,12 +1218,12 @@ report() {
 }
 
 # The part of results.md that report() keeps: the webhook delivery profile
-# (between its markers), the back-to-back run's block and the notes after it
-# (from the first backtoback marker on), and the cost split of a request
+# (between its markers), the back-to-back runs' blocks and the notes after them
+# (from the first backtoback or backtoback-pooled marker on), and the cost split of a request
 # (from its cost marker on, kept the same way).
 kept_results() {
 	[[ -f deploy/bench/results.md ]] || return 0
-	awk '/<!-- (backtoback|cost):start -->/ && !keep { keep = 1; print "" }
+	awk '/<!-- (backtoback|backtoback-pooled|cost):start -->/ && !keep { keep = 1; print "" }
 		/<!-- webhook-profile:start -->/ && !keep { wp = 1; print "" }
 		keep || wp { print }
 		/<!-- webhook-profile:end -->/ { wp = 0 }' deploy/bench/results.md
@@ -1362,11 +1370,12 @@ WHERE merchant_id = :mid AND livemode = false AND id = (SELECT id FROM bench_ids
 	if [[ $B2B_POOLED == 1 ]]; then
 		# The API through PgBouncer in transaction mode, as pooled() runs it;
 		# pgbench stays direct: the ratios are against raw PostgreSQL.
-		local url
+		local url direct=$DATABASE_URL
 		POOLER_DIR="${TMPDIR:-/tmp}/paysvc-bench-pgbouncer-$$"
 		url=$(PGBOUNCER_DIR=$POOLER_DIR PGBOUNCER_POOL_SIZE=$BENCH_POOLER_SIZE bash deploy/local/pgbouncer.sh start) ||
 			die "deploy/local/pgbouncer.sh start failed"
-		DATABASE_URL="${url%%/\?*}/$BENCH_DB?sslmode=disable" DATABASE_DIRECT_URL=$DATABASE_URL DATABASE_POOL_MODE=transaction \
+		# (direct first: a prefix assignment sees the ones before it)
+		DATABASE_URL="${url%%/\?*}/$BENCH_DB?sslmode=disable" DATABASE_DIRECT_URL=$direct DATABASE_POOL_MODE=transaction \
 			GODEBUG=${GODEBUG:+$GODEBUG,}gctrace=1 start_api
 	else
 		GODEBUG=${GODEBUG:+$GODEBUG,}gctrace=1 start_api
@@ -1561,11 +1570,17 @@ b2b_report() {
 		printf '<!-- %s:end -->\n' "$mark"
 	)
 	printf '%s\n' "$block" >"$OUT/backtoback.md"
-	if [[ -f deploy/bench/results.md ]] && grep -q "<!-- $mark:start -->" deploy/bench/results.md; then
+	if [[ -f deploy/bench/results.md ]] && grep -qxF "<!-- $mark:start -->" deploy/bench/results.md; then
 		awk -v f="$OUT/backtoback.md" -v start="<!-- $mark:start -->" -v end="<!-- $mark:end -->" '
 			$0 == start { while ((getline l < f) > 0) print l; skip = 1; next }
 			$0 == end   { skip = 0; next }
 			!skip { print }
+		' deploy/bench/results.md >"$OUT/results.md"
+	elif [[ $mark == backtoback-pooled ]] && grep -qxF '<!-- backtoback:end -->' deploy/bench/results.md; then
+		# The first pooled block goes right after the direct one.
+		awk -v f="$OUT/backtoback.md" '
+			{ print }
+			$0 == "<!-- backtoback:end -->" { print ""; while ((getline l < f) > 0) print l }
 		' deploy/bench/results.md >"$OUT/results.md"
 	else
 		{ [[ -f deploy/bench/results.md ]] && cat deploy/bench/results.md && echo; cat "$OUT/backtoback.md"; } >"$OUT/results.md"

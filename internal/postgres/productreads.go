@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -51,24 +52,47 @@ type productKey struct {
 // productAlone reads one product by itself. On a pool that prepares
 // nothing it goes through products_by_keys (see productsByKeysCall).
 func (s *Store) productAlone(ctx context.Context, k productKey) (payments.Product, error) {
-	if !s.q.unprepared {
-		return s.product(ctx, &s.q, k.sc, k.id, productByID)
+	if s.q.unprepared {
+		var (
+			p     payments.Product
+			err   error
+			found bool
+		)
+		serr := s.scanByOrdinal(ctx, productsByKeysCall, productKeyArgs([]productKey{k}), 1, func(_ int, row *productRow) {
+			p, err = row.product()
+			found = true
+		})
+		switch {
+		case serr == nil && !found:
+			return payments.Product{}, payments.NotFound(payments.ProductNotFound, k.id)
+		case serr == nil:
+			return p, err
+		case !undefinedFunction(serr):
+			return payments.Product{}, fmt.Errorf("select product: %w", serr)
+		}
 	}
-	var (
-		p     payments.Product
-		err   error
-		found bool
-	)
-	if serr := s.scanByOrdinal(ctx, productsByKeysCall, productKeyArgs([]productKey{k}), 1, func(_ int, row *productRow) {
-		p, err = row.product()
-		found = true
-	}); serr != nil {
-		return payments.Product{}, fmt.Errorf("select product: %w", serr)
+	return s.product(ctx, &s.q, k.sc, k.id, productByID)
+}
+
+// scanThrough runs fn, a call of one of migration 0021's functions, with
+// fnArgs on a pool that prepares nothing, else plain with plainArgs, as
+// scanByOrdinal. A database without the function (this version started
+// before `api migrate` applied 0021, or after its Down) is read with plain,
+// as before 0021, instead of failing every read.
+func (s *Store) scanThrough(ctx context.Context, fn string, fnArgs []any, plain string, plainArgs []any, keys int, found func(i int, row *productRow)) error {
+	if s.q.unprepared {
+		if err := s.scanByOrdinal(ctx, fn, fnArgs, keys, found); !undefinedFunction(err) {
+			return err
+		}
 	}
-	if !found {
-		return payments.Product{}, payments.NotFound(payments.ProductNotFound, k.id)
-	}
-	return p, err
+	return s.scanByOrdinal(ctx, plain, plainArgs, keys, found)
+}
+
+// undefinedFunction reports whether err is PostgreSQL's undefined_function:
+// the call failed before it read anything.
+func undefinedFunction(err error) bool {
+	var pe *pq.Error
+	return errors.As(err, &pe) && pe.Code == "42883"
 }
 
 // ProductUnshared reads one product with a statement of its own, however
@@ -92,8 +116,12 @@ const productsByKeys = `SELECT k.i, ` + productCols + `
 // against 40 µs for one product); the function's query is planned on a
 // server connection's first calls and kept, so only the call is planned.
 // A pool that prepares its statements keeps their plans already and reads
-// with productsByKeys itself.
-const productsByKeysCall = `SELECT * FROM products_by_keys($1, $2, $3)`
+// with productsByKeys itself. The kept plan is the generic one only because
+// the keys are padded to planKeys (productKeyArgs), as for the prepared
+// statement: with fewer, PostgreSQL found a custom plan cheaper and planned
+// every call again (one key: every call), and the function would gain
+// nothing.
+const productsByKeysCall = `SELECT * FROM products_by_keys($1::text[], $2::boolean[], $3::text[])`
 
 // productKeyArgs are the arguments of productsByKeys for keys, padded to
 // planKeys.
@@ -110,11 +138,8 @@ func productKeyArgs(keys []productKey) []any {
 // key share its row; each still gets a product of its own to change.
 func (s *Store) readProductsTogether(ctx context.Context, reads []*groupcommit.Call[productKey, payments.Product]) {
 	keys, byKey := groupcommit.Distinct(reads, func(k productKey) productKey { return k })
-	query := productsByKeys
-	if s.q.unprepared {
-		query = productsByKeysCall
-	}
-	err := s.scanByOrdinal(ctx, query, productKeyArgs(keys), len(keys), func(i int, row *productRow) {
+	args := productKeyArgs(keys)
+	err := s.scanThrough(ctx, productsByKeysCall, args, productsByKeys, args, len(keys), func(i int, row *productRow) {
 		for _, r := range byKey[i] {
 			r.Answer(row.product())
 		}
@@ -216,7 +241,7 @@ var productPageTexts statementTexts[pagesStatement]
 // productPagesCall is productPagesText as the PL/pgSQL function of migration
 // 0021, for a pool that prepares nothing, as productsByKeysCall: $3 is NULL
 // for first pages, $4 the statement's rows.
-const productPagesCall = `SELECT * FROM product_pages($1, $2, $3::text[], $4)`
+const productPagesCall = `SELECT * FROM product_pages($1::text[], $2::boolean[], $3::text[], $4::integer)`
 
 // planKeys is the fewest keys a shared statement is given. PostgreSQL
 // plans a prepared statement for an array of 10 elements until it knows
@@ -245,16 +270,12 @@ func (s *Store) readProductPagesOf(ctx context.Context, st pagesStatement, reads
 	if st.after {
 		args = append(args, pq.Array(afters))
 	}
-	query := productPagesText(st)
-	if s.q.unprepared { // see productPagesCall
-		query = productPagesCall
-		if !st.after {
-			args = append(args, nil)
-		}
-		args = append(args, st.rows)
+	fnArgs := []any{args[0], args[1], nil, st.rows} // see productPagesCall
+	if st.after {
+		fnArgs[2] = args[2]
 	}
 	pages := make([][]productRow, len(keys))
-	err := s.scanByOrdinal(ctx, query, args, len(keys), func(i int, row *productRow) {
+	err := s.scanThrough(ctx, productPagesCall, fnArgs, productPagesText(st), args, len(keys), func(i int, row *productRow) {
 		pages[i] = append(pages[i], *row)
 	})
 	for i, rs := range byKey {

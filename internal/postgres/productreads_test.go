@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -378,5 +379,97 @@ func TestProductsByKeysFunction(t *testing.T) {
 	}
 	if runs.Load() >= reads.Load() {
 		t.Errorf("%d reads took %d statements; want some shared", reads.Load(), runs.Load())
+	}
+}
+
+// TestUnpreparedReadsCallTheFunctions: on a pool that prepares nothing the
+// product reads call migration 0021's functions (alone and together, and
+// pages together), and where the functions do not exist (a database the
+// migration has not reached) they read with the plain statements instead
+// of failing. Each pool sees the database through a search_path of its
+// own: first a schema of stand-ins that refuse every call, then one with
+// the tables as views and no functions.
+func TestUnpreparedReadsCallTheFunctions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, a, _ := readsStore(t)
+	p := createProduct(t, store, a, "p", 500)
+	createProduct(t, store, a, "q", 0)
+
+	db := testenv.DBOnMode(t, testenv.DirectDatabaseURL(t), postgres.PoolSession)
+	suffix := strings.ToLower(payments.NewID("s"))
+	standIns, noFunctions := "standins_"+suffix, "nofunctions_"+suffix
+	for _, q := range []string{
+		`CREATE SCHEMA ` + standIns,
+		`CREATE FUNCTION ` + standIns + `.products_by_keys(text[], boolean[], text[]) RETURNS TABLE (i bigint)
+			LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'stand-in products_by_keys called'; END $$`,
+		`CREATE FUNCTION ` + standIns + `.product_pages(text[], boolean[], text[], integer) RETURNS TABLE (i bigint)
+			LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'stand-in product_pages called'; END $$`,
+		`CREATE SCHEMA ` + noFunctions,
+		`CREATE VIEW ` + noFunctions + `.products AS SELECT * FROM public.products`,
+		`CREATE VIEW ` + noFunctions + `.prices AS SELECT * FROM public.prices`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, sch := range []string{standIns, noFunctions} {
+			if _, err := db.ExecContext(context.Background(), `DROP SCHEMA `+sch+` CASCADE`); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	unprepared := func(searchPath string) *postgres.Store {
+		return postgres.New(testenv.DBOnMode(t, testenv.DirectDatabaseURL(t)+"&search_path="+searchPath, postgres.PoolTransaction))
+	}
+	// pagesAtOnce asks for n first pages at once and returns their errors.
+	pagesAtOnce := func(s *postgres.Store, n int) []error {
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				pg, err := s.Products(ctx, a, payments.ListParams{Limit: 10})
+				if err == nil && len(pg.Data) != 2 {
+					err = fmt.Errorf("a page of %d products, want 2", len(pg.Data))
+				}
+				errs[i] = err
+			})
+		}
+		close(start)
+		wg.Wait()
+		return errs
+	}
+
+	called := unprepared(standIns + ",public")
+	if _, err := called.ProductUnshared(ctx, a, p.ID); err == nil || !strings.Contains(err.Error(), "stand-in products_by_keys called") {
+		t.Errorf("a read alone: %v, want the stand-in's refusal", err)
+	}
+	refused := 0
+	for _, err := range pagesAtOnce(called, 50) {
+		if err != nil && strings.Contains(err.Error(), "stand-in product_pages called") {
+			refused++
+		} else if err != nil {
+			t.Error(err)
+		}
+	}
+	if refused == 0 {
+		t.Error("50 pages asked for at once: none called product_pages")
+	}
+
+	missing := unprepared(noFunctions)
+	got, err := missing.ProductUnshared(ctx, a, p.ID)
+	if err != nil || got.ID != p.ID || got.DefaultPrice == nil || got.DefaultPrice.Amount != 500 {
+		t.Errorf("a read alone without the function: %+v, %v; want %s with its price", got, err, p.ID)
+	}
+	if _, err := missing.ProductUnshared(ctx, a, "prod_missing"); payments.ErrorCode(err) != payments.ProductNotFound {
+		t.Errorf("a missing product without the function: %v, want product_not_found", err)
+	}
+	for _, err := range pagesAtOnce(missing, 50) {
+		if err != nil {
+			t.Errorf("a page without the function: %v", err)
+		}
 	}
 }

@@ -10,7 +10,9 @@
 // -read store reads through postgres.Store.Product, as the API does
 // (concurrent reads share one statement); -read plain through
 // Store.ProductUnshared, the same prepared single-row SELECT the API ran
-// before reads were shared, one a request, as a first handler would.
+// before reads were shared, one a request, as a first handler would (on a
+// pool that prepares nothing, the call of products_by_keys that stands for
+// it there).
 //
 // It serves the bench only: no key is checked, so it listens on loopback.
 package main
