@@ -361,17 +361,10 @@ func TestProductsByKeysFunction(t *testing.T) {
 	runs, reads := unprepared.CountProductReadRuns()
 	const n = 200
 	got := make([]answer, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			c := cases[i%len(cases)]
-			got[i] = read(unprepared.Product, c.sc, c.id)
-		})
-	}
-	close(start)
-	wg.Wait()
+	atOnce(n, func(i int) {
+		c := cases[i%len(cases)]
+		got[i] = read(unprepared.Product, c.sc, c.id)
+	})
 	for i := range n {
 		if w := want[i%len(cases)]; !reflect.DeepEqual(got[i], w) {
 			t.Errorf("together, %s in %+v: got %s, want %s", cases[i%len(cases)].id, cases[i%len(cases)].sc, show(got[i]), show(w))
@@ -426,20 +419,13 @@ func TestUnpreparedReadsCallTheFunctions(t *testing.T) {
 	// pagesAtOnce asks for n first pages at once and returns their errors.
 	pagesAtOnce := func(s *postgres.Store, n int) []error {
 		errs := make([]error, n)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				pg, err := s.Products(ctx, a, payments.ListParams{Limit: 10})
-				if err == nil && len(pg.Data) != 2 {
-					err = fmt.Errorf("a page of %d products, want 2", len(pg.Data))
-				}
-				errs[i] = err
-			})
-		}
-		close(start)
-		wg.Wait()
+		atOnce(n, func(i int) {
+			pg, err := s.Products(ctx, a, payments.ListParams{Limit: 10})
+			if err == nil && len(pg.Data) != 2 {
+				err = fmt.Errorf("a page of %d products, want 2", len(pg.Data))
+			}
+			errs[i] = err
+		})
 		return errs
 	}
 
@@ -472,4 +458,19 @@ func TestUnpreparedReadsCallTheFunctions(t *testing.T) {
 			t.Errorf("a page without the function: %v", err)
 		}
 	}
+}
+
+// atOnce runs fn(0) … fn(n-1) in goroutines released together, and waits
+// for them.
+func atOnce(n int, fn func(i int)) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
 }
