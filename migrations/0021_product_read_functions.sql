@@ -13,13 +13,16 @@
 -- read with the plain statements (postgres scanThrough).
 -- Their columns are productCols' in the same order; TestProductsByKeysFunction
 -- and TestConcurrentProductPagesShareStatements check that they read the same.
--- +goose StatementBegin
-CREATE FUNCTION products_by_keys(p_merchants text[], p_lives boolean[], p_ids text[])
-RETURNS TABLE (i bigint, id text, livemode boolean, name text, description text, active boolean,
-    images jsonb, url text, metadata jsonb, shippable boolean, unit_label text,
+-- product_read is a row of both: its key's ordinal, then productCols.
+CREATE TYPE product_read AS (i bigint, id text, livemode boolean, name text, description text,
+    active boolean, images jsonb, url text, metadata jsonb, shippable boolean, unit_label text,
     statement_descriptor text, tax_code text, created_at timestamptz,
     price_id text, price_amount bigint, price_currency text, price_tax_behavior text,
-    price_created_at timestamptz)
+    price_created_at timestamptz);
+
+-- +goose StatementBegin
+CREATE FUNCTION products_by_keys(p_merchants text[], p_lives boolean[], p_ids text[])
+RETURNS SETOF product_read
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY SELECT k.i, p.id, p.livemode, p.name, p.description, p.active, p.images, p.url,
@@ -41,11 +44,7 @@ END $$;
 -- nested loop of index scans (EXPLAIN on 100,000 products of a merchant).
 -- +goose StatementBegin
 CREATE FUNCTION product_pages(p_merchants text[], p_lives boolean[], p_afters text[], p_rows integer)
-RETURNS TABLE (i bigint, id text, livemode boolean, name text, description text, active boolean,
-    images jsonb, url text, metadata jsonb, shippable boolean, unit_label text,
-    statement_descriptor text, tax_code text, created_at timestamptz,
-    price_id text, price_amount bigint, price_currency text, price_tax_behavior text,
-    price_created_at timestamptz)
+RETURNS SETOF product_read
 LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     IF p_afters IS NULL THEN
@@ -77,3 +76,4 @@ END $$;
 -- +goose Down
 DROP FUNCTION product_pages(text[], boolean[], text[], integer);
 DROP FUNCTION products_by_keys(text[], boolean[], text[]);
+DROP TYPE product_read;

@@ -146,10 +146,7 @@ cleanup() {
 	[[ -n $SAMPLER_PID ]] && kill "$SAMPLER_PID" 2>/dev/null || true
 	[[ -n $PROBE_PID ]] && kill "$PROBE_PID" 2>/dev/null || true
 	((${#SENTINEL_PIDS[@]})) && kill "${SENTINEL_PIDS[@]}" 2>/dev/null || true
-	if [[ -n $POOLER_DIR ]]; then
-		PGBOUNCER_DIR=$POOLER_DIR bash deploy/local/pgbouncer.sh stop 2>/dev/null || true
-		rm -rf "$POOLER_DIR"
-	fi
+	stop_pooler 2>/dev/null || true
 	[[ -n $WORKER_PID ]] && kill -KILL "$WORKER_PID" 2>/dev/null || true
 	[[ -n $BARE_PID ]] && kill -KILL "$BARE_PID" 2>/dev/null || true
 	[[ -n $SCHEDULER_PID ]] && kill -KILL "$SCHEDULER_PID" 2>/dev/null || true
@@ -1242,26 +1239,39 @@ stop_api() {
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# pooled: POST /v1/products and GET /v1/products/{id} with the API's
-# DATABASE_URL through a local PgBouncer in transaction mode
-# (deploy/local/pgbouncer.sh, BENCH_POOLER_SIZE server connections, 20),
-# DATABASE_POOL_MODE=transaction, beside the direct rows above: the
-# pooler's overhead. The API is restarted direct afterwards.
-pooled() {
+# start_api_pooled: a local PgBouncer in transaction mode
+# (deploy/local/pgbouncer.sh, BENCH_POOLER_SIZE server connections) and
+# bin/api serve through it, DATABASE_POOL_MODE=transaction, with
+# DATABASE_DIRECT_URL on the server itself for its migrations.
+start_api_pooled() {
 	local url direct=$DATABASE_URL
 	# Under /tmp: as root PgBouncer runs as postgres, which cannot enter $OUT.
 	POOLER_DIR="${TMPDIR:-/tmp}/paysvc-bench-pgbouncer-$$"
 	url=$(PGBOUNCER_DIR=$POOLER_DIR PGBOUNCER_POOL_SIZE=$BENCH_POOLER_SIZE bash deploy/local/pgbouncer.sh start) ||
 		die "deploy/local/pgbouncer.sh start failed"
-	stop_api
+	# (direct first: a prefix assignment sees the ones before it)
 	DATABASE_URL="${url%%/\?*}/$BENCH_DB?sslmode=disable" DATABASE_DIRECT_URL=$direct DATABASE_POOL_MODE=transaction start_api
+}
+
+# stop_pooler stops start_api_pooled's PgBouncer, if one runs.
+stop_pooler() {
+	[[ -n $POOLER_DIR ]] || return 0
+	PGBOUNCER_DIR=$POOLER_DIR bash deploy/local/pgbouncer.sh stop
+	rm -rf "$POOLER_DIR"
+	POOLER_DIR=""
+}
+
+# pooled: POST /v1/products and GET /v1/products/{id} through
+# start_api_pooled, beside the direct rows above: the pooler's overhead.
+# The API is restarted direct afterwards.
+pooled() {
+	stop_api
+	start_api_pooled
 	smoke POST /v1/products "$1"
 	scenario "POST /v1/products (PgBouncer, transaction mode)" POST /v1/products "$1" insert
 	scenario "GET /v1/products/{id} (PgBouncer, transaction mode)" GET '/v1/products/{id}' "" select
 	stop_api
-	PGBOUNCER_DIR=$POOLER_DIR bash deploy/local/pgbouncer.sh stop
-	rm -rf "$POOLER_DIR"
-	POOLER_DIR=""
+	stop_pooler
 	start_api
 }
 
@@ -1367,19 +1377,11 @@ WHERE merchant_id = :mid AND livemode = false AND id = (SELECT id FROM bench_ids
 		log "nice -n -10 refused (needs root): the generator runs at the default priority"
 	fi
 	pg -c "ALTER DATABASE $BENCH_DB SET track_wal_io_timing = on"
-	if [[ $B2B_POOLED == 1 ]]; then
-		# The API through PgBouncer in transaction mode, as pooled() runs it;
-		# pgbench stays direct: the ratios are against raw PostgreSQL.
-		local url direct=$DATABASE_URL
-		POOLER_DIR="${TMPDIR:-/tmp}/paysvc-bench-pgbouncer-$$"
-		url=$(PGBOUNCER_DIR=$POOLER_DIR PGBOUNCER_POOL_SIZE=$BENCH_POOLER_SIZE bash deploy/local/pgbouncer.sh start) ||
-			die "deploy/local/pgbouncer.sh start failed"
-		# (direct first: a prefix assignment sees the ones before it)
-		DATABASE_URL="${url%%/\?*}/$BENCH_DB?sslmode=disable" DATABASE_DIRECT_URL=$direct DATABASE_POOL_MODE=transaction \
-			GODEBUG=${GODEBUG:+$GODEBUG,}gctrace=1 start_api
-	else
-		GODEBUG=${GODEBUG:+$GODEBUG,}gctrace=1 start_api
-	fi
+	# BENCH_B2B_POOLED=1: the API through PgBouncer; pgbench stays direct,
+	# the ratios being against raw PostgreSQL.
+	local start=start_api
+	[[ $B2B_POOLED == 1 ]] && start=start_api_pooled
+	GODEBUG=${GODEBUG:+$GODEBUG,}gctrace=1 "$start"
 	smoke POST /v1/products "$product"
 	smoke GET "/v1/products/$(head -n 1 "$IDS")"
 	smoke GET "/v1/products?limit=10"
@@ -1551,8 +1553,7 @@ b2b_report() {
 	if [[ $B2B_POOLED == 1 ]]; then
 		mark=backtoback-pooled
 		title='Back to back through PgBouncer (`BENCH_B2B_POOLED=1 make bench-b2b`)'
-		via=" The API reached PostgreSQL through a local PgBouncer 1.x in transaction mode ($BENCH_POOLER_SIZE server connections, DATABASE_POOL_MODE=transaction); pgbench connected directly."
-		via=${via/1.x/$(/usr/sbin/pgbouncer --version 2>/dev/null | awk 'NR == 1 { print $2 }')}
+		via=" The API reached PostgreSQL through a local PgBouncer $(/usr/sbin/pgbouncer --version 2>/dev/null | awk 'NR == 1 { print $2 }') in transaction mode ($BENCH_POOLER_SIZE server connections, DATABASE_POOL_MODE=transaction); pgbench connected directly."
 	fi
 	date=$(date -u '+%Y-%m-%d %H:%M UTC')
 	block=$(

@@ -52,26 +52,18 @@ type productKey struct {
 // productAlone reads one product by itself. On a pool that prepares
 // nothing it goes through products_by_keys (see productsByKeysCall).
 func (s *Store) productAlone(ctx context.Context, k productKey) (payments.Product, error) {
-	if s.q.unprepared {
-		var (
-			p     payments.Product
-			err   error
-			found bool
-		)
-		serr := s.scanByOrdinal(ctx, productsByKeysCall, productKeyArgs([]productKey{k}), 1, func(_ int, row *productRow) {
-			p, err = row.product()
-			found = true
-		})
-		switch {
-		case serr == nil && !found:
-			return payments.Product{}, payments.NotFound(payments.ProductNotFound, k.id)
-		case serr == nil:
-			return p, err
-		case !undefinedFunction(serr):
-			return payments.Product{}, fmt.Errorf("select product: %w", serr)
-		}
+	if !s.q.unprepared {
+		return s.product(ctx, &s.q, k.sc, k.id, productByID)
 	}
-	return s.product(ctx, &s.q, k.sc, k.id, productByID)
+	var p payments.Product
+	var err error = payments.NotFound(payments.ProductNotFound, k.id) // till a row comes
+	args := productKeyArgs([]productKey{k})
+	if serr := s.scanThrough(ctx, productsByKeysCall, args, productsByKeys, args, 1, func(_ int, row *productRow) {
+		p, err = row.product()
+	}); serr != nil {
+		return payments.Product{}, fmt.Errorf("select product: %w", serr)
+	}
+	return p, err
 }
 
 // scanThrough runs fn, a call of one of migration 0021's functions, with
