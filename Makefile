@@ -58,11 +58,17 @@ test:
 # through deploy/local/pgbouncer.sh (transaction mode, 4 server connections
 # per database) and testenv's pool guard, which refuses named prepared
 # statements, two-round-trip queries, SET, LISTEN and session advisory locks.
+#
+# POOLER_PREPARED=N: the pooler tracks N named prepared statements (PgBouncer
+# 1.21 or later as PGBOUNCER_BIN, see deploy/local/pgbouncer-trixie.sh) and
+# the tests keep theirs, DATABASE_POOLER_PREPARED_STATEMENTS=true, tested.
+POOLER_PREPARED ?= 0
 test-pooled:
 	bash deploy/local/services.sh
-	@url=$$(bash deploy/local/pgbouncer.sh start) || exit 1; \
-	echo "TEST_DATABASE_POOLER_URL=$$url DATABASE_POOL_MODE=transaction go test -race $(POOLED_PKGS)"; \
-	TEST_DATABASE_POOLER_URL="$$url" DATABASE_POOL_MODE=transaction \
+	@url=$$(PGBOUNCER_PREPARED_STATEMENTS='$(POOLER_PREPARED)' bash deploy/local/pgbouncer.sh start) || exit 1; \
+	prep=false; [ '$(POOLER_PREPARED)' = 0 ] || prep=true; \
+	echo "TEST_DATABASE_POOLER_URL=$$url TEST_DATABASE_POOLER_PREPARED=$$prep DATABASE_POOL_MODE=transaction go test -race $(POOLED_PKGS)"; \
+	TEST_DATABASE_POOLER_URL="$$url" TEST_DATABASE_POOLER_PREPARED=$$prep DATABASE_POOL_MODE=transaction \
 	  $(GO) test -race -count=1 -timeout 10m -skip '$(POOLED_SKIP)' $(POOLED_PKGS); rc=$$?; \
 	bash deploy/local/pgbouncer.sh stop; exit $$rc
 

@@ -10,10 +10,16 @@
 #          name works: the pooler forwards every name to the server)
 #   stop   stop it
 #   url    print the running pooler's base URL (exit 1 when none runs)
+#   version print PgBouncer's version (of PGBOUNCER_BIN)
 # Environment: PGBOUNCER_POOL_SIZE (server connections per database and
 # user, default 4: small, so that clients share them), PGBOUNCER_DIR (state
 # and log; default $REPO/.local/pgbouncer, or as root, where PgBouncer runs
-# as postgres and may not reach the repository, a directory under /tmp).
+# as postgres and may not reach the repository, a directory under /tmp),
+# PGBOUNCER_BIN (default /usr/sbin/pgbouncer, Debian 12's 1.18),
+# PGBOUNCER_PREPARED_STATEMENTS (max_prepared_statements, default 0: none;
+# above 0 the pooler tracks named prepared statements across its server
+# connections, which needs PgBouncer 1.21 or later and is what
+# DATABASE_POOLER_PREPARED_STATEMENTS=true is for).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -23,7 +29,9 @@ else
   DIR="${PGBOUNCER_DIR:-$REPO/.local/pgbouncer}"
 fi
 POOL_SIZE="${PGBOUNCER_POOL_SIZE:-4}"
-BIN=/usr/sbin/pgbouncer
+BIN="${PGBOUNCER_BIN:-/usr/sbin/pgbouncer}"
+PREPARED="${PGBOUNCER_PREPARED_STATEMENTS:-0}"
+[[ "$PREPARED" =~ ^[0-9]+$ ]] || { echo "pgbouncer.sh: ERROR: PGBOUNCER_PREPARED_STATEMENTS must be a count, got '$PREPARED'" >&2; exit 1; }
 
 log() { echo "pgbouncer.sh: $*" >&2; }
 die() { echo "pgbouncer.sh: ERROR: $*" >&2; exit 1; }
@@ -82,21 +90,38 @@ admin_users = postgres
 log_connections = 0
 log_disconnections = 0
 INI
+	# 1.18 refuses a setting it does not know, so it is written only when asked.
+	[ "$PREPARED" -eq 0 ] || echo "max_prepared_statements = $PREPARED" >>"$DIR/pgbouncer.ini"
 }
+
+# settings: what a running pooler was started with, to reuse it only as asked.
+settings() { echo "bin=$BIN pool=$POOL_SIZE prepared=$PREPARED"; }
+
+# version prints the pooler's version, 1.18.0 say.
+version() { "$BIN" --version 2>/dev/null | awk 'NR == 1 { print $2 }'; }
 
 start() {
   local port
   if port=$(running_port) && answers "$port"; then
+    # One started with other settings would not be what the caller asked for.
+    [ "$(cat "$DIR/settings" 2>/dev/null)" = "$(settings)" ] ||
+      die "a pooler with other settings ($(cat "$DIR/settings" 2>/dev/null)) runs from $DIR: stop it first (deploy/local/pgbouncer.sh stop)"
     base_url "$port"
     return 0
   fi
-  if [ ! -x "$BIN" ]; then
+  if [ ! -x "$BIN" ] && [ -z "${PGBOUNCER_BIN:-}" ]; then
     log "installing Debian's pgbouncer"
     local sudo=()
     [ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null \
       || { "${sudo[@]}" apt-get update -q >/dev/null && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null; } \
       || die "apt-get install pgbouncer failed (needs root or passwordless sudo)"
+  fi
+  [ -x "$BIN" ] || die "PGBOUNCER_BIN $BIN is not an executable"
+  if [ "$PREPARED" -gt 0 ]; then
+    local v
+    v=$(version)
+    printf '%s\n%s\n' 1.21 "$v" | sort -V -C || die "PGBOUNCER_PREPARED_STATEMENTS needs PgBouncer 1.21 or later; $BIN is ${v:-of no version}"
   fi
   mkdir -p "$DIR"
   # Trust, as the test server does; the user must still be listed.
@@ -122,7 +147,8 @@ start() {
     while ((SECONDS < deadline)); do
       if answers "$p"; then
         echo "$p" >"$DIR/port"
-        log "transaction mode, pool $POOL_SIZE, on 127.0.0.1:$p in front of $PG_HOST:$PG_PORT (log $DIR/pgbouncer.log)"
+        settings >"$DIR/settings"
+        log "$(version), transaction mode, pool $POOL_SIZE, prepared statements $PREPARED, on 127.0.0.1:$p in front of $PG_HOST:$PG_PORT (log $DIR/pgbouncer.log)"
         base_url "$p"
         return 0
       fi
@@ -151,12 +177,13 @@ stop() {
     kill -INT "$pid" # SIGINT: a fast shutdown, clients dropped
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
-  rm -f "$DIR/pgbouncer.pid" "$DIR/port"
+  rm -f "$DIR/pgbouncer.pid" "$DIR/port" "$DIR/settings"
 }
 
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
   url) port=$(running_port) || exit 1; base_url "$port" ;;
-  *) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  version) version ;;
+  *) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -33,6 +33,13 @@ func (s *Store) InTxPrepared(ctx context.Context, query string, args ...any) (pr
 	return prepared, err
 }
 
+// Prepare prepares query on the pool as the store's statements are (the
+// statement, shared by its callers), without running it.
+func (s *Store) Prepare(ctx context.Context, query string) error {
+	_, err := s.q.stmt(ctx, query)
+	return err
+}
+
 // IndexPartition exposes indexPartition (migrations 0018 and 0019).
 func IndexPartition(ctx context.Context, db *sql.DB, table, name, def, part string) error {
 	return indexPartition(ctx, db, table, name, def, part)

@@ -19,20 +19,28 @@ import (
 )
 
 // guardedURL starts a pool guard in front of this process's database on the
-// server itself and returns the database's URL through it.
-func guardedURL(t *testing.T) string {
+// server itself and returns the database's URL through it; named lets named
+// prepared statements pass (a pooler that tracks them).
+func guardedURL(t *testing.T, named bool) string {
+	t.Helper()
+	_, u := startGuard(t, named)
+	return u
+}
+
+// startGuard is guardedURL with its guard.
+func startGuard(t *testing.T, named bool) (*testenv.PoolGuard, string) {
 	t.Helper()
 	u, err := url.Parse(testenv.DirectDatabaseURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := testenv.StartPoolGuard(u.Host)
+	g, err := testenv.StartPoolGuard(u.Host, named)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
 	u.Host = g.Addr()
-	return u.String()
+	return g, u.String()
 }
 
 // TestPoolGuard: the guard the pooled test runs go through (testenv) lets
@@ -44,7 +52,7 @@ func guardedURL(t *testing.T) string {
 func TestPoolGuard(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := guardedURL(t)
+	dsn := guardedURL(t, false)
 
 	pooled, err := postgres.OpenMode(ctx, dsn, 4, postgres.PoolTransaction, false)
 	if err != nil {
@@ -108,6 +116,43 @@ func TestPoolGuard(t *testing.T) {
 	}
 	if err := pooled.QueryRowContext(ctx, `SELECT $1::int`, 7).Scan(&n); err != nil || n != 7 {
 		t.Errorf("after the refusals: got %d, %v; want 7", n, err)
+	}
+}
+
+// TestPoolGuardNamed: the guard of a pooler that tracks named prepared
+// statements (TEST_DATABASE_POOLER_PREPARED) lets the store prepare its
+// queries, as DATABASE_POOLER_PREPARED_STATEMENTS=true has it do, and still
+// refuses an unnamed statement bound in a second round trip, which no
+// pooler can follow.
+func TestPoolGuardNamed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := guardedURL(t, true)
+
+	prepared, err := postgres.OpenMode(ctx, dsn, 2, postgres.PoolTransaction, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prepared.Close()
+	store := postgres.New(prepared)
+	id := fmt.Sprintf("mch_named%d", time.Now().UnixNano())
+	if err := store.CreateMerchant(ctx, payments.Merchant{ID: id, Name: "Named", Plan: payments.Plan("free"), Created: time.Now()}); err != nil {
+		t.Fatalf("CreateMerchant through the guard: %v", err)
+	}
+	for i := 0; i < 3; i++ { // prepared on the first, bound by name after
+		if m, err := store.Merchant(ctx, id); err != nil || m.ID != id {
+			t.Fatalf("Merchant (prepared) through the guard, call %d: %+v, %v", i+1, m, err)
+		}
+	}
+
+	twoTrips, err := sql.Open("postgres", dsn+"&binary_parameters=no")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer twoTrips.Close()
+	var n int
+	if err := twoTrips.QueryRowContext(ctx, `SELECT $1::int`, 7).Scan(&n); err == nil || !strings.Contains(err.Error(), "round trip") {
+		t.Errorf("unnamed statement in two round trips: got %v, want the guard's refusal", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"golang.org/x/sync/singleflight"
 )
 
 // prepared runs queries outside transactions as prepared statements, each
@@ -31,6 +32,14 @@ type prepared struct {
 	// (Store.requestSlots), on which a request may prepare a statement.
 	spare bool
 	stmts sync.Map // query text → *sqlx.Stmt
+	// preparing: one prepare per text at a time. Callers of a text not
+	// prepared yet share it instead of each preparing it and closing the
+	// statements that lost the race: database/sql holds the pool's lock
+	// while a closed statement's Close round trip runs, and behind a
+	// transaction-mode pooler that round trip waits for a server
+	// connection, which transactions hold while they wait for that lock
+	// to commit (the pooled tests with prepared statements hung there).
+	preparing singleflight.Group
 	// warming: query texts a transaction asked for, prepared (or failed
 	// to) in the background; see inTx.
 	warming sync.Map
@@ -44,16 +53,34 @@ func (p *prepared) stmt(ctx context.Context, query string) (*sqlx.Stmt, error) {
 	if st, ok := p.stmts.Load(query); ok {
 		return st.(*sqlx.Stmt), nil
 	}
-	st, err := p.db.PreparexContext(ctx, query)
-	if err != nil {
-		return nil, fmt.Errorf("prepare: %w", err)
+	done := p.preparing.DoChan(query, func() (any, error) {
+		if st, ok := p.stmts.Load(query); ok { // stored since the caller looked
+			return st, nil
+		}
+		// Not the first caller's deadline: the others wait for it too.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), prepareTimeout)
+		defer cancel()
+		st, err := p.db.PreparexContext(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		p.stmts.Store(query, st)
+		return st, nil
+	})
+	select {
+	case r := <-done:
+		if r.Err != nil {
+			return nil, fmt.Errorf("prepare: %w", r.Err)
+		}
+		return r.Val.(*sqlx.Stmt), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	if prev, loaded := p.stmts.LoadOrStore(query, st); loaded {
-		st.Close()
-		return prev.(*sqlx.Stmt), nil
-	}
-	return st, nil
 }
+
+// prepareTimeout bounds a shared prepare (stmt), whose callers may each
+// give up sooner on their own contexts.
+const prepareTimeout = 10 * time.Second
 
 // inRequest returns the statement to run query with in the request's
 // transaction, or nil to run it there unprepared (transaction pooling).
@@ -62,13 +89,16 @@ func (p *prepared) stmt(ctx context.Context, query string) (*sqlx.Stmt, error) {
 // Store.requestSlots); database/sql then prepares it once on each
 // connection it runs on. Most of an idempotent request's cost in
 // PostgreSQL was parsing and planning its statements again every time.
-// A pool of one connection (no spare) prepares nothing in a request.
+// Without a spare connection (a pool of one, or behind a transaction-mode
+// pooler) a request does not wait for one: as in a store transaction
+// (inTx), a query not prepared yet runs unprepared and is prepared in the
+// background.
 func (p *prepared) inRequest(ctx context.Context, rt *requestTx, query string) (*sqlx.Stmt, error) {
-	if !p.spare {
-		if st, ok := p.stmts.Load(query); ok {
-			return rt.tx.StmtxContext(ctx, st.(*sqlx.Stmt)), nil
-		}
+	if p.unprepared {
 		return nil, nil
+	}
+	if !p.spare {
+		return p.inTx(ctx, rt.tx, query), nil
 	}
 	st, err := p.stmt(ctx, query)
 	if err != nil || st == nil {
@@ -218,7 +248,7 @@ func (p *prepared) inTx(ctx context.Context, tx *sqlx.Tx, query string) *sqlx.St
 		go func() {
 			// Once per text, whatever the outcome: a text that does not
 			// prepare (it fails unprepared too) is not tried again.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), prepareTimeout)
 			defer cancel()
 			_, _ = p.stmt(ctx, query)
 		}()

@@ -67,7 +67,11 @@ func New(db *sqlx.DB) *Store {
 	if n > 0 {
 		s.requestSlots = make(chan struct{}, max(1, n-max(1, n/4)))
 	}
-	s.q.spare = n == 0 || n >= 2
+	// Behind a transaction-mode pooler a free connection of the pool is
+	// not a free server connection: those may all be held by transactions,
+	// this process's or another replica's, each waiting for one more to
+	// prepare a statement on, until the pooler's query_wait_timeout.
+	s.q.spare = (n == 0 || n >= 2) && db.DriverName() == driverSession
 	s.productReads = groupcommit.Queue[productKey, payments.Product]{
 		Run:     groupcommit.AloneOrTogether(maxTogether, s.productAlone, s.readProductsTogether),
 		Overlap: overlapAfter, MaxRuns: maxRunsTogether,
@@ -97,12 +101,20 @@ const (
 	PoolTransaction = "transaction"
 )
 
-// driverUnprepared is the sqlx driver name of a pool on which the Store
-// must not prepare named statements (transaction pooling): the pool carries
-// its mode, so every Store built on it, a test's included, follows it.
-const driverUnprepared = "postgres-unprepared"
+// The sqlx driver names of the pool modes: the pool carries its mode, so
+// every Store built on it, a test's included, follows it. driverUnprepared
+// is transaction pooling where the Store must not prepare named statements;
+// driverPooled is transaction pooling with a pooler that tracks them.
+const (
+	driverSession    = "postgres"
+	driverPooled     = "postgres-pooled"
+	driverUnprepared = "postgres-unprepared"
+)
 
-func init() { sqlx.BindDriver(driverUnprepared, sqlx.DOLLAR) }
+func init() {
+	sqlx.BindDriver(driverPooled, sqlx.DOLLAR)
+	sqlx.BindDriver(driverUnprepared, sqlx.DOLLAR)
+}
 
 // Open connects to url in session mode and checks the connection; see OpenMode.
 func Open(ctx context.Context, dsn string, maxConns int) (*sqlx.DB, error) {
@@ -133,8 +145,11 @@ func OpenMode(ctx context.Context, dsn string, maxConns int, mode string, prepar
 	case bp != "yes" && mode == PoolTransaction:
 		return nil, errors.New("database url: binary_parameters must be yes in transaction pool mode (one round trip per query)")
 	}
-	driver := "postgres"
-	if mode == PoolTransaction && !prepare {
+	driver := driverSession
+	switch {
+	case mode == PoolTransaction && prepare:
+		driver = driverPooled
+	case mode == PoolTransaction:
 		driver = driverUnprepared
 	}
 	sqldb, err := sql.Open("postgres", u.String())

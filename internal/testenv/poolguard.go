@@ -35,17 +35,28 @@ import (
 type PoolGuard struct {
 	ln       net.Listener
 	upstream string
+	named    bool
 	wg       sync.WaitGroup
+	parses   atomic.Int64 // named Parse messages passed on
 }
 
+// NamedParses counts the named prepared statements clients have prepared
+// through the guard (Parse messages with a name that it passed on).
+func (g *PoolGuard) NamedParses() int64 { return g.parses.Load() }
+
 // StartPoolGuard listens on a free loopback port and proxies to upstream
-// (host:port of PostgreSQL or of a pooler).
-func StartPoolGuard(upstream string) (*PoolGuard, error) {
+// (host:port of PostgreSQL or of a pooler). With named, the pooler tracks
+// named prepared statements (PgBouncer 1.21 or later with
+// max_prepared_statements, DATABASE_POOLER_PREPARED_STATEMENTS=true): a
+// Parse with a name passes, and may be bound in a later round trip, as the
+// pooler prepares it again on whichever server connection runs it; an
+// unnamed one still may not.
+func StartPoolGuard(upstream string, named bool) (*PoolGuard, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	g := &PoolGuard{ln: ln, upstream: upstream}
+	g := &PoolGuard{ln: ln, upstream: upstream, named: named}
 	g.wg.Add(1)
 	go g.accept()
 	return g, nil
@@ -75,6 +86,7 @@ func (g *PoolGuard) accept() {
 // guardConn is one client connection and its server side.
 type guardConn struct {
 	client, server net.Conn
+	g              *PoolGuard
 	wmu            sync.Mutex // whole messages to the client, from either side
 	status         atomic.Uint32
 }
@@ -86,7 +98,7 @@ func (g *PoolGuard) serve(client net.Conn) {
 		return
 	}
 	defer server.Close()
-	c := &guardConn{client: client, server: server}
+	c := &guardConn{client: client, server: server, g: g}
 	c.status.Store('I')
 	cr := bufio.NewReader(client)
 	if !c.startup(cr) {
@@ -187,11 +199,15 @@ func (c *guardConn) fromClient(r *bufio.Reader) {
 			batch = append(batch, msg...)
 			switch typ {
 			case 'P':
-				parsed = true
 				name, rest := cstring(body)
 				query, _ := cstring(rest)
-				if name != "" && problem == "" {
+				// parsed: an unnamed statement, which the next Sync ends.
+				parsed = parsed || name == ""
+				switch {
+				case name != "" && !c.g.named && problem == "":
 					problem = fmt.Sprintf("named prepared statement %q (%s)", name, short(query))
+				case name != "":
+					c.g.parses.Add(1)
 				}
 				if p := sessionState(query); p != "" && problem == "" {
 					problem = p

@@ -9,7 +9,11 @@
 // that server, deploy/local/pgbouncer.sh) the tests reach their database
 // through the pooler, behind a PoolGuard, with DATABASE_POOL_MODE=transaction
 // (set for the binaries the tests start too): the configuration of
-// DATABASE_POOL_MODE=transaction, tested.
+// DATABASE_POOL_MODE=transaction, tested. With TEST_DATABASE_POOLER_PREPARED
+// too (a pooler that tracks named prepared statements, PgBouncer 1.21 or
+// later with max_prepared_statements > 0) the pools prepare their statements
+// and DATABASE_POOLER_PREPARED_STATEMENTS=true is set: that configuration,
+// tested.
 package testenv
 
 import (
@@ -59,6 +63,12 @@ func poolerURL() string { return os.Getenv("TEST_DATABASE_POOLER_URL") }
 
 // Pooled reports whether the tests run through a transaction-mode pooler.
 func Pooled() bool { return poolerURL() != "" }
+
+// PoolerPrepared reports whether the pooler tracks named prepared statements
+// (TEST_DATABASE_POOLER_PREPARED=true), so that the tests' pools keep theirs.
+func PoolerPrepared() bool {
+	return Pooled() && os.Getenv("TEST_DATABASE_POOLER_PREPARED") == "true"
+}
 
 // PoolMode is the DATABASE_POOL_MODE of the tests' database URL.
 func PoolMode() string {
@@ -157,7 +167,7 @@ func DB(t testing.TB) *sqlx.DB {
 // pool mode, closed when the test ends.
 func DBOn(t testing.TB, dbURL string) *sqlx.DB {
 	t.Helper()
-	return DBOnMode(t, dbURL, PoolMode())
+	return openOn(t, dbURL, PoolMode(), PoolerPrepared())
 }
 
 // DBOnMode is DBOn in pool mode mode (postgres.PoolSession or
@@ -165,7 +175,14 @@ func DBOn(t testing.TB, dbURL string) *sqlx.DB {
 // can be had on the server itself.
 func DBOnMode(t testing.TB, dbURL, mode string) *sqlx.DB {
 	t.Helper()
-	db, err := postgres.OpenMode(context.Background(), dbURL, 20, mode, false)
+	return openOn(t, dbURL, mode, false)
+}
+
+// openOn opens a pool of 20 connections, closed when the test ends; in
+// transaction mode it prepares statements only with prepare.
+func openOn(t testing.TB, dbURL, mode string, prepare bool) *sqlx.DB {
+	t.Helper()
+	db, err := postgres.OpenMode(context.Background(), dbURL, 20, mode, prepare)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -188,14 +205,15 @@ func createDB() (testDBs, error) {
 	}
 	du, _ := url.Parse(direct)
 	pu.Path = du.Path
-	g, err := StartPoolGuard(pu.Host)
+	g, err := StartPoolGuard(pu.Host, PoolerPrepared())
 	if err != nil {
 		return testDBs{}, err
 	}
 	gu := *pu
 	gu.Host = g.Addr()
-	// The binaries the tests start (exec with os.Environ()) read it.
+	// The binaries the tests start (exec with os.Environ()) read them.
 	os.Setenv("DATABASE_POOL_MODE", postgres.PoolTransaction)
+	os.Setenv("DATABASE_POOLER_PREPARED_STATEMENTS", strconv.FormatBool(PoolerPrepared()))
 	return testDBs{direct: direct, pooled: pu.String(), guarded: gu.String()}, nil
 }
 
