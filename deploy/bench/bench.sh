@@ -51,6 +51,11 @@
 #   BENCH_B2B_POOLED backtoback: 1 runs the API through a local PgBouncer in transaction mode
 #                    (BENCH_POOLER_SIZE server connections), pgbench still direct; its report
 #                    goes into results.md's own block (0)
+#   BENCH_POOLER_PREPARED  scaleout, BENCH_B2B_POOLED: PgBouncer's max_prepared_statements (0: none);
+#                    above 0 the API keeps its prepared statements through the pooler
+#                    (DATABASE_POOLER_PREPARED_STATEMENTS=true), which needs PgBouncer 1.21 or
+#                    later (PGBOUNCER_BIN, see deploy/local/pgbouncer.sh); a back-to-back run's
+#                    report then goes into a block of its own
 #
 # Adding a scenario is one line in main(), see `scenario` below.
 # shellcheck disable=SC2016 # backquotes in printf formats are Markdown
@@ -106,6 +111,8 @@ BENCH_STRIPE_EVENTS=${BENCH_STRIPE_EVENTS:-20000}
 BENCH_ONLY=${BENCH_ONLY:-}
 BENCH_POOLER_SIZE=${BENCH_POOLER_SIZE:-20}
 B2B_POOLED=${BENCH_B2B_POOLED:-0}
+POOLER_PREPARED=${BENCH_POOLER_PREPARED:-0}
+[[ $POOLER_PREPARED =~ ^[0-9]+$ ]] || { printf 'bench: BENCH_POOLER_PREPARED=%s: want a count\n' "$POOLER_PREPARED" >&2; exit 2; }
 case $B2B_POOLED in
 0) ;;
 1) [[ $BENCH_MODE == backtoback ]] || { printf 'bench: BENCH_B2B_POOLED=1 needs BENCH_MODE=backtoback\n' >&2; exit 2; } ;;
@@ -1216,11 +1223,12 @@ report() {
 
 # The part of results.md that report() keeps: the webhook delivery profile
 # (between its markers), the back-to-back runs' blocks and the notes after them
-# (from the first backtoback or backtoback-pooled marker on), and the cost split of a request
+# (from the first backtoback, backtoback-pooled or backtoback-pooled-prepared marker on), and
+# the cost split of a request
 # (from its cost marker on, kept the same way).
 kept_results() {
 	[[ -f deploy/bench/results.md ]] || return 0
-	awk '/<!-- (backtoback|backtoback-pooled|cost):start -->/ && !keep { keep = 1; print "" }
+	awk '/<!-- (backtoback|backtoback-pooled|backtoback-pooled-prepared|cost):start -->/ && !keep { keep = 1; print "" }
 		/<!-- webhook-profile:start -->/ && !keep { wp = 1; print "" }
 		keep || wp { print }
 		/<!-- webhook-profile:end -->/ { wp = 0 }' deploy/bench/results.md
@@ -1242,15 +1250,19 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 # start_api_pooled: a local PgBouncer in transaction mode
 # (deploy/local/pgbouncer.sh, BENCH_POOLER_SIZE server connections) and
 # bin/api serve through it, DATABASE_POOL_MODE=transaction, with
-# DATABASE_DIRECT_URL on the server itself for its migrations.
+# DATABASE_DIRECT_URL on the server itself for its migrations. With
+# BENCH_POOLER_PREPARED, the pooler tracks prepared statements and the API
+# keeps its own.
 start_api_pooled() {
-	local url direct=$DATABASE_URL
+	local url direct=$DATABASE_URL prepared=false
+	((POOLER_PREPARED == 0)) || prepared=true
 	# Under /tmp: as root PgBouncer runs as postgres, which cannot enter $OUT.
 	POOLER_DIR="${TMPDIR:-/tmp}/paysvc-bench-pgbouncer-$$"
-	url=$(PGBOUNCER_DIR=$POOLER_DIR PGBOUNCER_POOL_SIZE=$BENCH_POOLER_SIZE bash deploy/local/pgbouncer.sh start) ||
-		die "deploy/local/pgbouncer.sh start failed"
+	url=$(PGBOUNCER_DIR=$POOLER_DIR PGBOUNCER_POOL_SIZE=$BENCH_POOLER_SIZE PGBOUNCER_PREPARED_STATEMENTS=$POOLER_PREPARED \
+		bash deploy/local/pgbouncer.sh start) || die "deploy/local/pgbouncer.sh start failed"
 	# (direct first: a prefix assignment sees the ones before it)
-	DATABASE_URL="${url%%/\?*}/$BENCH_DB?sslmode=disable" DATABASE_DIRECT_URL=$direct DATABASE_POOL_MODE=transaction start_api
+	DATABASE_URL="${url%%/\?*}/$BENCH_DB?sslmode=disable" DATABASE_DIRECT_URL=$direct DATABASE_POOL_MODE=transaction \
+		DATABASE_POOLER_PREPARED_STATEMENTS=$prepared start_api
 }
 
 # stop_pooler stops start_api_pooled's PgBouncer, if one runs.
@@ -1547,13 +1559,19 @@ pg_log_copy() {
 }
 
 # b2b_report: the run's block in results.md, between its markers: backtoback,
-# or backtoback-pooled for BENCH_B2B_POOLED=1 (the two are kept side by side).
+# backtoback-pooled for BENCH_B2B_POOLED=1, backtoback-pooled-prepared with
+# BENCH_POOLER_PREPARED too (the three are kept side by side, in that order).
 b2b_report() {
-	local date block mark=backtoback title='Back to back (`make bench-b2b`)' via=''
+	local date block mark=backtoback title='Back to back (`make bench-b2b`)' via='' after=''
 	if [[ $B2B_POOLED == 1 ]]; then
-		mark=backtoback-pooled
+		mark=backtoback-pooled after=backtoback
 		title='Back to back through PgBouncer (`BENCH_B2B_POOLED=1 make bench-b2b`)'
-		via=" The API reached PostgreSQL through a local PgBouncer $(/usr/sbin/pgbouncer --version 2>/dev/null | awk 'NR == 1 { print $2 }') in transaction mode ($BENCH_POOLER_SIZE server connections, DATABASE_POOL_MODE=transaction); pgbench connected directly."
+		via=" The API reached PostgreSQL through a local PgBouncer $(bash deploy/local/pgbouncer.sh version) in transaction mode ($BENCH_POOLER_SIZE server connections, DATABASE_POOL_MODE=transaction); pgbench connected directly."
+		if ((POOLER_PREPARED > 0)); then
+			mark=backtoback-pooled-prepared after=backtoback-pooled
+			title='Back to back through PgBouncer, prepared statements kept (`BENCH_B2B_POOLED=1 BENCH_POOLER_PREPARED=200 make bench-b2b`, PgBouncer 1.21 or later)'
+			via="$via PgBouncer tracked prepared statements (max_prepared_statements=$POOLER_PREPARED) and the API kept its own (DATABASE_POOLER_PREPARED_STATEMENTS=true)."
+		fi
 	fi
 	date=$(date -u '+%Y-%m-%d %H:%M UTC')
 	block=$(
@@ -1577,11 +1595,11 @@ b2b_report() {
 			$0 == end   { skip = 0; next }
 			!skip { print }
 		' deploy/bench/results.md >"$OUT/results.md"
-	elif [[ $mark == backtoback-pooled ]] && grep -qxF '<!-- backtoback:end -->' deploy/bench/results.md; then
-		# The first pooled block goes right after the direct one.
-		awk -v f="$OUT/backtoback.md" '
+	elif [[ -n $after ]] && grep -qxF "<!-- $after:end -->" deploy/bench/results.md; then
+		# A first pooled block goes right after the block before it.
+		awk -v f="$OUT/backtoback.md" -v end="<!-- $after:end -->" '
 			{ print }
-			$0 == "<!-- backtoback:end -->" { print ""; while ((getline l < f) > 0) print l }
+			$0 == end { print ""; while ((getline l < f) > 0) print l }
 		' deploy/bench/results.md >"$OUT/results.md"
 	else
 		{ [[ -f deploy/bench/results.md ]] && cat deploy/bench/results.md && echo; cat "$OUT/backtoback.md"; } >"$OUT/results.md"
