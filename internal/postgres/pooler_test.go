@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 
 	"paysvc/internal/payments"
@@ -53,20 +54,9 @@ func TestPoolGuard(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn := guardedURL(t, false)
-
-	pooled, err := postgres.OpenMode(ctx, dsn, 4, postgres.PoolTransaction, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pooled.Close()
+	pooled := openThrough(t, dsn, 4, false)
 	store := postgres.New(pooled)
-	id := fmt.Sprintf("mch_guard%d", time.Now().UnixNano())
-	if err := store.CreateMerchant(ctx, payments.Merchant{ID: id, Name: "Guard", Plan: payments.Plan("free"), Created: time.Now()}); err != nil {
-		t.Fatalf("CreateMerchant in transaction mode through the guard: %v", err)
-	}
-	if m, err := store.Merchant(ctx, id); err != nil || m.ID != id {
-		t.Fatalf("Merchant in transaction mode through the guard: %+v, %v", m, err)
-	}
+	id := merchantThrough(t, store, 1)
 
 	session, err := postgres.Open(ctx, dsn, 2)
 	if err != nil {
@@ -77,15 +67,7 @@ func TestPoolGuard(t *testing.T) {
 		t.Errorf("session-mode store (prepared statements) through the guard: got %v, want the guard's refusal", err)
 	}
 
-	twoTrips, err := sql.Open("postgres", dsn+"&binary_parameters=no")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer twoTrips.Close()
-	var n int
-	if err := twoTrips.QueryRowContext(ctx, `SELECT $1::int`, 7).Scan(&n); err == nil || !strings.Contains(err.Error(), "round trip") {
-		t.Errorf("parameterised query without binary_parameters: got %v, want the guard's refusal", err)
-	}
+	refusesTwoTrips(t, dsn)
 	if _, err := postgres.OpenMode(ctx, dsn+"&binary_parameters=no", 1, postgres.PoolTransaction, false); err == nil {
 		t.Error("OpenMode(transaction, binary_parameters=no): got nil error, want a refusal")
 	}
@@ -114,6 +96,7 @@ func TestPoolGuard(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
+	var n int
 	if err := pooled.QueryRowContext(ctx, `SELECT $1::int`, 7).Scan(&n); err != nil || n != 7 {
 		t.Errorf("after the refusals: got %d, %v; want 7", n, err)
 	}
@@ -126,33 +109,52 @@ func TestPoolGuard(t *testing.T) {
 // pooler can follow.
 func TestPoolGuardNamed(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	dsn := guardedURL(t, true)
+	merchantThrough(t, postgres.New(openThrough(t, dsn, 2, true)), 3) // prepared on the first read, bound by name after
+	refusesTwoTrips(t, dsn)
+}
 
-	prepared, err := postgres.OpenMode(ctx, dsn, 2, postgres.PoolTransaction, true)
+// openThrough opens a transaction-mode pool of conns connections at dsn,
+// preparing statements with prepare, closed when the test ends.
+func openThrough(t *testing.T, dsn string, conns int, prepare bool) *sqlx.DB {
+	t.Helper()
+	db, err := postgres.OpenMode(context.Background(), dsn, conns, postgres.PoolTransaction, prepare)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer prepared.Close()
-	store := postgres.New(prepared)
-	id := fmt.Sprintf("mch_named%d", time.Now().UnixNano())
-	if err := store.CreateMerchant(ctx, payments.Merchant{ID: id, Name: "Named", Plan: payments.Plan("free"), Created: time.Now()}); err != nil {
-		t.Fatalf("CreateMerchant through the guard: %v", err)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// merchantThrough creates a merchant through store and reads it reads
+// times, failing the test on an error; it returns the merchant's id.
+func merchantThrough(t *testing.T, store *postgres.Store, reads int) string {
+	t.Helper()
+	ctx := context.Background()
+	id := fmt.Sprintf("mch_guard%d", time.Now().UnixNano())
+	if err := store.CreateMerchant(ctx, payments.Merchant{ID: id, Name: "Guard", Plan: payments.Plan("free"), Created: time.Now()}); err != nil {
+		t.Fatalf("CreateMerchant in transaction mode through the guard: %v", err)
 	}
-	for i := 0; i < 3; i++ { // prepared on the first, bound by name after
+	for i := range reads {
 		if m, err := store.Merchant(ctx, id); err != nil || m.ID != id {
-			t.Fatalf("Merchant (prepared) through the guard, call %d: %+v, %v", i+1, m, err)
+			t.Fatalf("Merchant in transaction mode through the guard, read %d: %+v, %v", i+1, m, err)
 		}
 	}
+	return id
+}
 
+// refusesTwoTrips: through the guard at dsn, an unnamed statement bound in
+// a second round trip (lib/pq without binary_parameters) is refused.
+func refusesTwoTrips(t *testing.T, dsn string) {
+	t.Helper()
 	twoTrips, err := sql.Open("postgres", dsn+"&binary_parameters=no")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer twoTrips.Close()
 	var n int
-	if err := twoTrips.QueryRowContext(ctx, `SELECT $1::int`, 7).Scan(&n); err == nil || !strings.Contains(err.Error(), "round trip") {
-		t.Errorf("unnamed statement in two round trips: got %v, want the guard's refusal", err)
+	if err := twoTrips.QueryRowContext(context.Background(), `SELECT $1::int`, 7).Scan(&n); err == nil || !strings.Contains(err.Error(), "round trip") {
+		t.Errorf("parameterised query without binary_parameters: got %v, want the guard's refusal", err)
 	}
 }
 
