@@ -1569,7 +1569,7 @@ b2b_report() {
 		via=" The API reached PostgreSQL through a local PgBouncer $(bash deploy/local/pgbouncer.sh version) in transaction mode ($BENCH_POOLER_SIZE server connections, DATABASE_POOL_MODE=transaction); pgbench connected directly."
 		if ((POOLER_PREPARED > 0)); then
 			mark=backtoback-pooled-prepared after=backtoback-pooled
-			title='Back to back through PgBouncer, prepared statements kept (`BENCH_B2B_POOLED=1 BENCH_POOLER_PREPARED=200 make bench-b2b`, PgBouncer 1.21 or later)'
+			title="Back to back through PgBouncer, prepared statements kept (\`BENCH_B2B_POOLED=1 BENCH_POOLER_PREPARED=$POOLER_PREPARED make bench-b2b\`, PgBouncer 1.21 or later)"
 			via="$via PgBouncer tracked prepared statements (max_prepared_statements=$POOLER_PREPARED) and the API kept its own (DATABASE_POOLER_PREPARED_STATEMENTS=true)."
 		fi
 	fi

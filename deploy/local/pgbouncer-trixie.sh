@@ -32,6 +32,11 @@ PACKAGES=(pgbouncer libc6 libcares2 libevent-2.1-7t64 libssl3t64 libsystemd0 lib
 
 die() { echo "pgbouncer-trixie.sh: ERROR: $*" >&2; exit 1; }
 
+# As root the directory is under /tmp: one someone else made, or could
+# write to, is not run.
+if [ -e "$DIR" ] && { [ ! -O "$DIR" ] || [ -n "$(find "$DIR" -maxdepth 0 -perm /022)" ]; }; then
+  die "$DIR is not this user's own, or others may write to it: remove it, or set PGBOUNCER_TRIXIE_DIR"
+fi
 if [ -x "$WRAPPER" ] && "$WRAPPER" --version >/dev/null 2>&1; then
   echo "$WRAPPER"
   exit 0
@@ -42,9 +47,12 @@ keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -r "$keyring" ] || die "$keyring not found (package debian-archive-keyring)"
 
 rm -rf "$DIR"
-mkdir -p "$DIR/apt/lists/partial" "$DIR/apt/cache/archives/partial" "$DIR/debs" "$DIR/root"
+(umask 022 && mkdir -p "$DIR/apt/lists/partial" "$DIR/apt/cache/archives/partial" "$DIR/apt/parts" "$DIR/debs" "$DIR/root")
 echo "deb [signed-by=$keyring] http://deb.debian.org/debian trixie main" >"$DIR/apt/sources.list"
-# apt with its own sources, lists and cache: the system's are left alone.
+# apt with its own configuration, sources, lists and cache: the system's
+# are left alone, and its hooks (apt.conf.d: AppStream, PackageKit) not run.
+printf 'Dir::Etc::Main "/dev/null";\nDir::Etc::Parts "%s";\n' "$DIR/apt/parts" >"$DIR/apt/apt.conf"
+export APT_CONFIG="$DIR/apt/apt.conf"
 apt=(apt-get -q -o "Dir::Etc::SourceList=$DIR/apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
   -o "Dir::State::Lists=$DIR/apt/lists" -o "Dir::Cache=$DIR/apt/cache" -o Debug::NoLocking=1
   -o APT::Sandbox::User=root)

@@ -4,7 +4,7 @@
 # DATABASE_POOL_MODE=transaction is for, for `make test-pooled` (CI) and
 # `make run POOLER=1`. Installs Debian's pgbouncer when missing.
 #
-# Usage: deploy/local/pgbouncer.sh start|stop|url
+# Usage: deploy/local/pgbouncer.sh start|stop|url|version
 #   start  start it (once) on a free loopback port and print its base URL,
 #          postgres://postgres@127.0.0.1:PORT/?sslmode=disable (any database
 #          name works: the pooler forwards every name to the server)
@@ -105,7 +105,7 @@ start() {
   if port=$(running_port) && answers "$port"; then
     # One started with other settings would not be what the caller asked for.
     [ "$(cat "$DIR/settings" 2>/dev/null)" = "$(settings)" ] ||
-      die "a pooler with other settings ($(cat "$DIR/settings" 2>/dev/null)) runs from $DIR: stop it first (deploy/local/pgbouncer.sh stop)"
+      die "a pooler with other settings ($(cat "$DIR/settings" 2>/dev/null || echo 'unknown: started by an older script')) runs from $DIR: stop it first (deploy/local/pgbouncer.sh stop)"
     base_url "$port"
     return 0
   fi
@@ -120,7 +120,7 @@ start() {
   [ -x "$BIN" ] || die "PGBOUNCER_BIN $BIN is not an executable"
   if [ "$PREPARED" -gt 0 ]; then
     local v
-    v=$(version)
+    v=$(version) || v=
     printf '%s\n%s\n' 1.21 "$v" | sort -V -C || die "PGBOUNCER_PREPARED_STATEMENTS needs PgBouncer 1.21 or later; $BIN is ${v:-of no version}"
   fi
   mkdir -p "$DIR"

@@ -109,8 +109,11 @@ func TestPoolGuard(t *testing.T) {
 // pooler can follow.
 func TestPoolGuardNamed(t *testing.T) {
 	t.Parallel()
-	dsn := guardedURL(t, true)
+	g, dsn := startGuard(t, true)
 	merchantThrough(t, postgres.New(openThrough(t, dsn, 2, true)), 3) // prepared on the first read, bound by name after
+	if g.NamedParses() == 0 {
+		t.Error("the store prepared nothing through a guard that lets named statements pass")
+	}
 	refusesTwoTrips(t, dsn)
 }
 

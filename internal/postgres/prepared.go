@@ -3,11 +3,13 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -29,7 +31,9 @@ type prepared struct {
 	db         *sqlx.DB
 	unprepared bool
 	// spare: the pool keeps a connection free of request transactions
-	// (Store.requestSlots), on which a request may prepare a statement.
+	// (Store.requestSlots), on which a request may prepare a statement;
+	// never behind a transaction-mode pooler, whose server connections
+	// may all be held though the pool's are free (see New).
 	spare bool
 	stmts sync.Map // query text → *sqlx.Stmt
 	// preparing: one prepare per text at a time. Callers of a text not
@@ -246,11 +250,15 @@ func (p *prepared) inTx(ctx context.Context, tx *sqlx.Tx, query string) *sqlx.St
 	}
 	if _, started := p.warming.LoadOrStore(query, true); !started {
 		go func() {
-			// Once per text, whatever the outcome: a text that does not
-			// prepare (it fails unprepared too) is not tried again.
+			// Once per text: a text PostgreSQL refuses to prepare (it
+			// fails unprepared too) is not tried again. Any other failure
+			// (a timeout, a lost connection) lets a later call try again:
+			// behind a transaction-mode pooler requests prepare only here.
 			ctx, cancel := context.WithTimeout(context.Background(), prepareTimeout)
 			defer cancel()
-			_, _ = p.stmt(ctx, query)
+			if _, err := p.stmt(ctx, query); err != nil && !errors.As(err, new(*pq.Error)) {
+				p.warming.Delete(query)
+			}
 		}()
 	}
 	return nil

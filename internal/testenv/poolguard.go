@@ -41,7 +41,8 @@ type PoolGuard struct {
 }
 
 // NamedParses counts the named prepared statements clients have prepared
-// through the guard (Parse messages with a name that it passed on).
+// through a guard that lets them pass (Parse messages with a name; a batch
+// refused for another reason counts too).
 func (g *PoolGuard) NamedParses() int64 { return g.parses.Load() }
 
 // StartPoolGuard listens on a free loopback port and proxies to upstream
