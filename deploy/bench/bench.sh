@@ -1223,12 +1223,11 @@ report() {
 
 # The part of results.md that report() keeps: the webhook delivery profile
 # (between its markers), the back-to-back runs' blocks and the notes after them
-# (from the first backtoback, backtoback-pooled or backtoback-pooled-prepared marker on), and
-# the cost split of a request
+# (from the first backtoback* marker on), and the cost split of a request
 # (from its cost marker on, kept the same way).
 kept_results() {
 	[[ -f deploy/bench/results.md ]] || return 0
-	awk '/<!-- (backtoback|backtoback-pooled|backtoback-pooled-prepared|cost):start -->/ && !keep { keep = 1; print "" }
+	awk '/<!-- (backtoback[a-z-]*|cost):start -->/ && !keep { keep = 1; print "" }
 		/<!-- webhook-profile:start -->/ && !keep { wp = 1; print "" }
 		keep || wp { print }
 		/<!-- webhook-profile:end -->/ { wp = 0 }' deploy/bench/results.md

@@ -98,10 +98,7 @@ const prepareTimeout = 10 * time.Second
 // (inTx), a query not prepared yet runs unprepared and is prepared in the
 // background.
 func (p *prepared) inRequest(ctx context.Context, rt *requestTx, query string) (*sqlx.Stmt, error) {
-	if p.unprepared {
-		return nil, nil
-	}
-	if !p.spare {
+	if !p.spare { // a pool that prepares nothing has none either: inTx says nil
 		return p.inTx(ctx, rt.tx, query), nil
 	}
 	st, err := p.stmt(ctx, query)
