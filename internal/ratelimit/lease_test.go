@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -27,23 +28,26 @@ func TestARefusalHeldForLeasesIsAnsweredInTime(t *testing.T) {
 	const limit, budget = 1000, 150 * time.Millisecond
 	ctx := context.Background()
 	for _, remembered := range []time.Duration{50 * time.Millisecond, time.Second} {
-		key := payments.NewID("key_")
-		a := New(testenv.Redis(t), limit)
-		SetLeaseTimes(a, leaseFor, remembered, leaseKept)
-		// a spends 1 and leases 10, and hands the lease out; the rest is
-		// spent check by check.
-		grant(t, a, key, 10)
-		if r, err := a.spend(ctx, key, limit-11, 0); err != nil || r.granted != limit-11 {
-			t.Fatalf("spend the rest: got %+v, %v", r, err)
-		}
-		b := New(testenv.Redis(t), limit)
-		start := time.Now()
-		res, err := b.Start(ctx, key, budget).Wait()
-		took := time.Since(start)
-		if err != nil || res.Allowed {
-			t.Errorf("lease remembered %v: got %+v, %v after %v; want refused within the caller's %v", remembered, res, err, took, budget)
-		}
-		t.Logf("lease remembered %v: refused after %v", remembered, took)
+		testenv.UnlessPaused(t, answerMargin, func() error {
+			key := payments.NewID("key_")
+			a := New(testenv.Redis(t), limit)
+			SetLeaseTimes(a, leaseFor, remembered, leaseKept)
+			// a spends 1 and leases 10, and hands the lease out; the rest is
+			// spent check by check.
+			grant(t, a, key, 10)
+			if r, err := a.spend(ctx, key, limit-11, 0); err != nil || r.granted != limit-11 {
+				t.Fatalf("spend the rest: got %+v, %v", r, err)
+			}
+			b := New(testenv.Redis(t), limit)
+			start := time.Now()
+			res, err := b.Start(ctx, key, budget).Wait()
+			took := time.Since(start)
+			if err != nil || res.Allowed {
+				return fmt.Errorf("lease remembered %v: got %+v, %v after %v; want refused within the caller's %v", remembered, res, err, took, budget)
+			}
+			t.Logf("lease remembered %v: refused after %v", remembered, took)
+			return nil
+		})
 	}
 }
 
@@ -131,19 +135,22 @@ func TestHeldRefusalsOnASlowRedis(t *testing.T) {
 	t.Parallel()
 	const limit = 1000
 	ctx := context.Background()
-	key := payments.NewID("key_")
 	b := New(slowRedis(t, 75*time.Millisecond), limit)
 	a := New(testenv.Redis(t), limit)
 	SetLeaseTimes(a, leaseFor, 20*time.Millisecond, leaseKept) // held (75+20+40 < 150 ms), its second decision past the deadline (75+20+75)
-	grant(t, a, key, 10)
-	if r, err := a.spend(ctx, key, limit-11, 0); err != nil || r.granted != limit-11 {
-		t.Fatalf("spend the rest: got %+v, %v", r, err)
-	}
-	start := time.Now()
-	res, err := b.Start(ctx, key, 150*time.Millisecond).Wait()
-	if err != nil || res.Allowed {
-		t.Errorf("got %+v, %v after %v; want refused within 150 ms", res, err, time.Since(start))
-	}
+	testenv.UnlessPaused(t, 15*time.Millisecond, func() error {
+		key := payments.NewID("key_")
+		grant(t, a, key, 10)
+		if r, err := a.spend(ctx, key, limit-11, 0); err != nil || r.granted != limit-11 {
+			t.Fatalf("spend the rest: got %+v, %v", r, err)
+		}
+		start := time.Now()
+		res, err := b.Start(ctx, key, 150*time.Millisecond).Wait()
+		if err != nil || res.Allowed {
+			return fmt.Errorf("got %+v, %v after %v; want refused within 150 ms", res, err, time.Since(start))
+		}
+		return nil
+	})
 }
 
 // TestCrossingTheLimitWhileLeased: concurrent checks that cross the limit
@@ -154,33 +161,36 @@ func TestCrossingTheLimitWhileLeased(t *testing.T) {
 	t.Parallel()
 	const limit = 1000
 	ctx := context.Background()
-	key := payments.NewID("key_")
 	a := New(testenv.Redis(t), limit)
 	SetLeaseTimes(a, leaseFor, time.Second, 2*time.Second) // remembered longer than b's callers wait
-	grant(t, a, key, 10)
-	if r, err := a.spend(ctx, key, limit-61, 0); err != nil || r.granted != limit-61 {
-		t.Fatalf("spend all but 50: got %+v, %v", r, err)
-	}
 	b := New(testenv.Redis(t), limit)
-	var allowed, refused atomic.Int64
-	var wg sync.WaitGroup
-	for range 100 {
-		wg.Go(func() {
-			res, err := b.Start(ctx, key, 150*time.Millisecond).Wait()
-			switch {
-			case err != nil:
-				t.Error(err)
-			case res.Allowed:
-				allowed.Add(1)
-			default:
-				refused.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	if allowed.Load() != 50 || refused.Load() != 50 {
-		t.Errorf("100 checks with 50 left in Redis: got %d allowed, %d refused; want 50 and 50", allowed.Load(), refused.Load())
-	}
+	testenv.UnlessPaused(t, answerMargin, func() error {
+		key := payments.NewID("key_")
+		grant(t, a, key, 10)
+		if r, err := a.spend(ctx, key, limit-61, 0); err != nil || r.granted != limit-61 {
+			t.Fatalf("spend all but 50: got %+v, %v", r, err)
+		}
+		var allowed, refused, failed atomic.Int64
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() {
+				res, err := b.Start(ctx, key, 150*time.Millisecond).Wait()
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case res.Allowed:
+					allowed.Add(1)
+				default:
+					refused.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if allowed.Load() != 50 || refused.Load() != 50 {
+			return fmt.Errorf("100 checks with 50 left in Redis: got %d allowed, %d refused, %d out of time; want 50 and 50", allowed.Load(), refused.Load(), failed.Load())
+		}
+		return nil
+	})
 }
 
 // slowRedis is a client of the test Redis through a relay that holds every
