@@ -10,10 +10,11 @@ STATICCHECK_VERSION ?= v0.8.2
 FUZZ_PKGS ?= ./internal/httpapi
 FUZZTIME  ?= 30s
 
-# The API and worker packages (and the store's) run again through PgBouncer,
+# The API and worker packages (and the store's, and the sandbox
+# processor's, whose tables requests write) run again through PgBouncer,
 # but for the tests that wait a minute for Asynq to recover a killed
 # worker's task (nothing in them differs through the pooler).
-POOLED_PKGS ?= ./internal/httpapi ./internal/worker ./internal/postgres
+POOLED_PKGS ?= ./internal/httpapi ./internal/worker ./internal/postgres ./internal/processor/sandbox
 POOLED_SKIP ?= AfterWorkerKilled
 
 .PHONY: help build run test test-pooled lint fuzz bench bench-b2b clean

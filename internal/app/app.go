@@ -204,7 +204,7 @@ func (e *Env) Processor() (processor.Processor, error) {
 	c := e.Config
 	switch c.Processor {
 	case "sandbox":
-		return sandbox.New(e.DB, c.PublicBaseURL).WithLatency(c.SandboxRefundLatency), nil
+		return sandbox.New(e.DB, c.PublicBaseURL).WithLatency(c.SandboxRefundLatency).WithRequests(e.Store.InRequest), nil
 	case "stripe":
 		sc := stripe.Config{APIBase: c.StripeAPIBase, Timeout: c.StripeTimeout}
 		keys := stripe.Keys{Secret: c.StripeSecretKey, Publishable: c.StripePublishableKey}

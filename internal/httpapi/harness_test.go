@@ -108,7 +108,7 @@ func newStack(t testing.TB, o harnessOpts) *harness {
 	var handler http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
-	sb := sandbox.New(db, srv.URL)
+	sb := sandbox.New(db, srv.URL).WithRequests(store.InRequest) // as app.Env.Processor wires it
 	var proc processor.Processor = sb
 	if o.processor != nil {
 		proc = o.processor(db)

@@ -197,6 +197,21 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *txn) error) error {
 	return nil
 }
 
+// InRequest runs fn for code outside the store that keeps tables of its
+// own (the sandbox processor's): under a savepoint of the idempotent
+// request's transaction when ctx carries one (BeginIdempotent), reporting
+// true, and on the pool otherwise. A request holding a connection must
+// not wait for a second: behind a transaction-mode pooler every server
+// connection may be held by requests waiting the same way. What fn
+// writes in a request commits or rolls back with it.
+func (s *Store) InRequest(ctx context.Context, fn func(q sqlx.ExtContext) error) (inRequest bool, err error) {
+	rt := requestTxOf(ctx)
+	if rt == nil {
+		return false, fn(s.db)
+	}
+	return true, rt.savepoint(ctx, func(tx *txn) error { return fn(tx.Tx) })
+}
+
 // requestTx is the one transaction of an idempotent request, from
 // BeginIdempotent to EndRequest, carried in its context. Every query the
 // store runs with that context runs in it, on its connection: the change,

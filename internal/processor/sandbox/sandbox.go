@@ -34,15 +34,28 @@ const (
 type Sandbox struct {
 	db       *sqlx.DB
 	baseURL  string
-	accounts sync.Map // processor.Account → client; they never change once made
+	accounts sync.Map // processor.Account → client; they never change once committed
 	latency  time.Duration
+	// inRequest runs a statement in the request's transaction when ctx
+	// is an idempotent request's (WithRequests), else on db.
+	inRequest func(ctx context.Context, fn func(q sqlx.ExtContext) error) (bool, error)
 }
 
 var _ processor.Processor = (*Sandbox)(nil)
 
 // New returns the sandbox; hosted pages are served under baseURL.
 func New(db *sqlx.DB, baseURL string) *Sandbox {
-	return &Sandbox{db: db, baseURL: strings.TrimRight(baseURL, "/")}
+	s := &Sandbox{db: db, baseURL: strings.TrimRight(baseURL, "/")}
+	s.inRequest = func(_ context.Context, fn func(q sqlx.ExtContext) error) (bool, error) { return false, fn(s.db) }
+	return s
+}
+
+// WithRequests makes the sandbox's statements made during an idempotent
+// request run in the request's transaction (postgres.Store.InRequest), so
+// that the request never waits for a second connection while it holds one.
+func (s *Sandbox) WithRequests(inRequest func(ctx context.Context, fn func(q sqlx.ExtContext) error) (bool, error)) *Sandbox {
+	s.inRequest = inRequest
+	return s
 }
 
 // WithLatency makes refunds and saved-card charges answer d after they
@@ -79,8 +92,12 @@ type client struct {
 }
 
 // client returns (creating on first use) the merchant's sandbox account.
-// Its ids never change, so each is read once per process: an upsert on
-// every payment would serialize a merchant's payments on one row lock.
+// Its ids never change once committed, so each is read once per process:
+// an upsert on every payment would serialize a merchant's payments on one
+// row lock. Within an idempotent request the upsert runs in the request's
+// transaction, and a row it creates there is not remembered: were the
+// request rolled back, another call would create the account anew, with
+// other ids.
 func (s *Sandbox) client(ctx context.Context, acct processor.Account) (client, error) {
 	if a, ok := s.accounts.Load(acct); ok {
 		return a.(client), nil
@@ -90,15 +107,24 @@ func (s *Sandbox) client(ctx context.Context, acct processor.Account) (client, e
 		prefix = "pk_live_"
 	}
 	// DO UPDATE (a no-op) rather than DO NOTHING so RETURNING always yields
-	// the row, new or existing, in one round trip.
+	// the row, new or existing, in one round trip. A row made before this
+	// transaction began is committed (now() is the transaction's start);
+	// one made in it, by this statement or an earlier one, is not yet.
 	const q = `INSERT INTO sandbox_accounts (merchant_id, livemode, account_id, publishable_key) VALUES ($1, $2, $3, $4)
 	ON CONFLICT (merchant_id, livemode) DO UPDATE SET merchant_id = EXCLUDED.merchant_id
-	RETURNING account_id, publishable_key`
+	RETURNING account_id, publishable_key, created_at < now()`
 	var a client
-	if err := s.db.GetContext(ctx, &a, q, acct.MerchantID, acct.Live, payments.NewID("acct_"), payments.NewID(prefix)); err != nil {
+	var committed bool
+	inRequest, err := s.inRequest(ctx, func(db sqlx.ExtContext) error {
+		return db.QueryRowxContext(ctx, q, acct.MerchantID, acct.Live, payments.NewID("acct_"), payments.NewID(prefix)).
+			Scan(&a.AccountID, &a.PublishableKey, &committed)
+	})
+	if err != nil {
 		return client{}, &processor.Error{Op: "account", Retryable: true, Code: "sandbox_unavailable", Err: err}
 	}
-	s.accounts.Store(acct, a)
+	if committed || !inRequest {
+		s.accounts.Store(acct, a)
+	}
 	return a, nil
 }
 
