@@ -19,16 +19,9 @@ import (
 	"paysvc/internal/testenv"
 )
 
-// guardedURL starts a pool guard in front of this process's database on the
-// server itself and returns the database's URL through it; named lets named
-// prepared statements pass (a pooler that tracks them).
-func guardedURL(t *testing.T, named bool) string {
-	t.Helper()
-	_, u := startGuard(t, named)
-	return u
-}
-
-// startGuard is guardedURL with its guard.
+// startGuard starts a pool guard in front of this process's database on the
+// server itself and returns it and the database's URL through it; named lets
+// named prepared statements pass (a pooler that tracks them).
 func startGuard(t *testing.T, named bool) (*testenv.PoolGuard, string) {
 	t.Helper()
 	u, err := url.Parse(testenv.DirectDatabaseURL(t))
@@ -53,7 +46,7 @@ func startGuard(t *testing.T, named bool) (*testenv.PoolGuard, string) {
 func TestPoolGuard(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := guardedURL(t, false)
+	_, dsn := startGuard(t, false)
 	pooled := openThrough(t, dsn, 4, false)
 	store := postgres.New(pooled)
 	id := merchantThrough(t, store, 1)
