@@ -84,6 +84,12 @@ func listen(ctx context.Context, args []string, stdout io.Writer) error {
 	interval := fs.Duration("interval", defaultPollInterval, "time between polls")
 	stateDir := fs.String("state-dir", "", "where to keep the state (default the user config dir, paysvc/listen)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h, --help: the flags, on stdout
+			fmt.Fprintln(stdout, "usage: api listen --key svc_test_… --forward-to URL [flags]")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return err
+		}
 		msg := err.Error()
 		if *key != "" {
 			msg = strings.ReplaceAll(msg, *key, "…") // never echo the key

@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "unknown command %q\n%s\n", strings.Join(args, " "), usage)
 		return 2
 	}
-	if err == nil {
+	if err == nil || errors.Is(err, flag.ErrHelp) { // a subcommand's -h printed its flags
 		return 0
 	}
 	var pe *payments.Error
@@ -277,7 +277,15 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 	bankName := fs.String("bank-name", "", "payout bank's name")
 	routing := fs.String("routing-number", "", "payout bank's 9-digit ABA routing number")
 	numberStdin := fs.Bool("account-number-stdin", false, "read the bank account number from the first line of stdin (never from the command line, which ps and shell history keep)")
+	fs.SetOutput(io.Discard) // errors are returned; -h prints the command's usage below
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			for _, line := range strings.Split(usage, "\n") {
+				if line == "  api "+cmd || strings.HasPrefix(line, "  api "+cmd+" ") {
+					fmt.Fprintln(stdout, "usage:"+strings.TrimPrefix(line, " "))
+				}
+			}
+		}
 		return err
 	}
 	if fs.NArg() > 0 {

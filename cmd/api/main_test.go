@@ -720,6 +720,21 @@ func TestUnknownCommand(t *testing.T) {
 			t.Errorf("got stdout %q, want the usage", r.stdout)
 		}
 	})
+	// A subcommand's -h is an answer, not an error: its usage on stdout.
+	for args, want := range map[string]string{
+		"listen -h":              "-forward-to",
+		"listen --help":          "-state-dir",
+		"key create -h":          "usage: api key create --merchant ID",
+		"partitions maintain -h": "usage: api partitions maintain",
+	} {
+		t.Run(args, func(t *testing.T) {
+			r := cli(t, strings.Fields(args)...)
+			r.wantExit(t, 0, args)
+			if !strings.Contains(r.stdout, want) || r.stderr != "" {
+				t.Errorf("got stdout %q, stderr %q; want %q on stdout and nothing on stderr", r.stdout, r.stderr, want)
+			}
+		})
+	}
 }
 
 // TestCreateKeyConcurrent races key creations for one merchant: the row lock
