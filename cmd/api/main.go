@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "unknown command %q\n%s\n", strings.Join(args, " "), usage)
 		return 2
 	}
-	if err == nil || errors.Is(err, flag.ErrHelp) { // a subcommand's -h printed its flags
+	if err == nil || errors.Is(err, flag.ErrHelp) { // a subcommand's -h printed its usage
 		return 0
 	}
 	var pe *payments.Error
