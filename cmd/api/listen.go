@@ -85,7 +85,7 @@ func listen(ctx context.Context, args []string, stdout io.Writer) error {
 	stateDir := fs.String("state-dir", "", "where to keep the state (default the user config dir, paysvc/listen)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h, --help: the flags, on stdout
-			fmt.Fprintln(stdout, "usage: api listen --key svc_test_… --forward-to URL [flags]")
+			printUsage(stdout, "listen")
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return err

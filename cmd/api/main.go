@@ -111,6 +111,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
+// printUsage prints cmd's lines of usage (a subcommand's -h): its line
+// and the indented lines continuing it.
+func printUsage(w io.Writer, cmd string) {
+	in := false
+	for _, line := range strings.Split(usage, "\n") {
+		switch {
+		case line == "  api "+cmd || strings.HasPrefix(line, "  api "+cmd+" "):
+			in = true
+			fmt.Fprintln(w, "usage:"+line[1:])
+		case in && strings.HasPrefix(line, "    "): // continues it, aligned below
+			fmt.Fprintln(w, "     "+line)
+		default:
+			in = false
+		}
+	}
+}
+
 func head(s []string, n int) []string {
 	if len(s) < n {
 		return s
@@ -280,11 +297,7 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 	fs.SetOutput(io.Discard) // errors are returned; -h prints the command's usage below
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			for _, line := range strings.Split(usage, "\n") {
-				if line == "  api "+cmd || strings.HasPrefix(line, "  api "+cmd+" ") {
-					fmt.Fprintln(stdout, "usage:"+strings.TrimPrefix(line, " "))
-				}
-			}
+			printUsage(stdout, cmd)
 		}
 		return err
 	}
