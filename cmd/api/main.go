@@ -364,9 +364,14 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 		if err != nil {
 			return err
 		}
-		return enc.Encode(map[string]any{
-			"id": k.ID, "key": k.Secret, "merchant_id": k.MerchantID, "mode": *mode, "expires_at": unixOrNil(k.ExpiresAt),
-		})
+		// A struct, not a map, so the fields print in the README's order.
+		return enc.Encode(struct {
+			ID         string `json:"id"`
+			Key        string `json:"key"`
+			MerchantID string `json:"merchant_id"`
+			Mode       string `json:"mode"`
+			ExpiresAt  any    `json:"expires_at"`
+		}{k.ID, k.Secret, k.MerchantID, *mode, unixOrNil(k.ExpiresAt)})
 	case "key revoke":
 		if *id == "" {
 			return errors.New("--id is required")
@@ -379,10 +384,15 @@ func admin_(ctx context.Context, cmd string, args []string, stdout io.Writer) er
 		if k.Live {
 			mode = "live"
 		}
-		return enc.Encode(map[string]any{
-			"id": k.ID, "merchant_id": k.MerchantID, "mode": mode, "hint": k.Hint,
-			"expires_at": unixOrNil(k.ExpiresAt), "revoked_at": unixOrNil(k.RevokedAt), "created": k.Created.Unix(),
-		})
+		return enc.Encode(struct {
+			ID         string `json:"id"`
+			MerchantID string `json:"merchant_id"`
+			Mode       string `json:"mode"`
+			Hint       string `json:"hint"`
+			ExpiresAt  any    `json:"expires_at"`
+			RevokedAt  any    `json:"revoked_at"`
+			Created    int64  `json:"created"`
+		}{k.ID, k.MerchantID, mode, k.Hint, unixOrNil(k.ExpiresAt), unixOrNil(k.RevokedAt), k.Created.Unix()})
 	case "user create":
 		if *merchant == "" {
 			return errors.New("--merchant is required")

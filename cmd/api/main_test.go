@@ -362,6 +362,10 @@ func TestKeyCreate(t *testing.T) {
 					t.Errorf("got output %v, want field %q", v, field)
 				}
 			}
+			// The README shows the fields in this order; a reader compares by eye.
+			if got, want := strings.Join(topLevelKeys(t, r.stdout), ","), "id,key,merchant_id,mode,expires_at"; got != want {
+				t.Errorf("got fields in the order %s, want %s", got, want)
+			}
 			var k createdKey
 			if err := json.Unmarshal([]byte(r.stdout), &k); err != nil {
 				t.Fatal(err)
@@ -420,6 +424,28 @@ func TestKeyCreate(t *testing.T) {
 			t.Errorf("got %d keys stored, want 3", n)
 		}
 	})
+}
+
+// topLevelKeys is the keys of the JSON object out, in the order printed.
+func topLevelKeys(t *testing.T, out string) []string {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("stdout %q: not a JSON object (%v, %v)", out, tok, err)
+	}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("stdout %q: %v", out, err)
+		}
+		keys = append(keys, tok.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatalf("stdout %q: %v", out, err)
+		}
+	}
+	return keys
 }
 
 // wantLimitError checks the JSON error a refused key creation prints.
@@ -577,6 +603,9 @@ func TestKeyRevoke(t *testing.T) {
 	v := r.decode(t)
 	if _, ok := v["key"]; ok {
 		t.Errorf("got a key field in the revoke output %v, want none", v)
+	}
+	if got, want := strings.Join(topLevelKeys(t, r.stdout), ","), "id,merchant_id,mode,hint,expires_at,revoked_at,created"; got != want {
+		t.Errorf("got fields in the order %s, want %s", got, want)
 	}
 	if v["id"] != k.ID {
 		t.Errorf("got id %v, want %s", v["id"], k.ID)
