@@ -212,7 +212,7 @@ func (p *Pages) view(cs payments.CheckoutSession, now time.Time, f checkoutForm,
 	for _, li := range cs.LineItems {
 		v.Items = append(v.Items, itemView{Name: li.Name, Quantity: li.Quantity, Amount: formatMoney(li.Amount, li.Currency)})
 	}
-	if cs.PassFees {
+	if cs.PassFees && cs.AmountTotal > cs.AmountSubtotal { // a trial: nothing due, no fee
 		v.Fees = formatMoney(cs.AmountTotal-cs.AmountSubtotal, cs.Currency)
 	}
 	// The page has no script, so each option states the total it leads to.

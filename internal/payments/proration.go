@@ -114,8 +114,10 @@ type QuantityChange struct {
 	NewQuantity    int               `json:"new_quantity"`
 	Behavior       ProrationBehavior `json:"proration_behavior"`
 	ProrationDate  time.Time         `json:"proration_date"`
-	PeriodStart    time.Time         `json:"period_start"`
-	PeriodEnd      time.Time         `json:"period_end"`
+	// PeriodStart and PeriodEnd are the period prorated over
+	// (Subscription.ProrationPeriod).
+	PeriodStart time.Time `json:"period_start"`
+	PeriodEnd   time.Time `json:"period_end"`
 	Currency       string            `json:"currency"`
 	Lines          []ProrationLine   `json:"lines"`
 	// Proration is the sum of Lines (negative: a net credit).
@@ -138,9 +140,20 @@ type QuantityRequest struct {
 	ProrationDate *time.Time
 }
 
+// ProrationPeriod is the period a quantity change is prorated over: the
+// current one, or, once the renewal charge of the next one is written (its
+// amount fixed at the quantities of then, while the period moves only when
+// it is paid), that next period, in which the time of a change then falls.
+func (s Subscription) ProrationPeriod() Period {
+	if s.NextPeriodCharged {
+		return s.NextPeriod()
+	}
+	return Period{Start: s.CurrentPeriodStart, End: s.CurrentPeriodEnd}
+}
+
 // PreviewQuantity computes the change req would make at now, without making
-// it. The proration date must lie in the current period and not after now.
-// A trialing subscription's period is free, so it prorates nothing.
+// it. The proration date must lie in the proration period and not after
+// now. A trial is free, so a change within it prorates nothing.
 // Codes: validation_error (bad quantity, item, date or behaviour, a
 // subscription that has ended or never started).
 func (s Subscription) PreviewQuantity(req QuantityRequest, now time.Time) (QuantityChange, error) {
@@ -161,22 +174,23 @@ func (s Subscription) PreviewQuantity(req QuantityRequest, now time.Time) (Quant
 	if err != nil {
 		return QuantityChange{}, err
 	}
+	period := s.ProrationPeriod()
 	at := now.Truncate(time.Second)
 	if req.ProrationDate != nil {
 		at = req.ProrationDate.Truncate(time.Second)
-		if at.Before(s.CurrentPeriodStart.Truncate(time.Second)) || !at.Before(s.CurrentPeriodEnd) || at.After(now) {
+		if at.Before(period.Start.Truncate(time.Second)) || !at.Before(period.End) || at.After(now) {
 			return QuantityChange{}, Invalid("proration_date", "must lie in the current period and not in the future")
 		}
 	}
 	qc := QuantityChange{
 		SubscriptionID: s.ID, ItemID: item.ID, OldQuantity: item.Quantity, NewQuantity: req.Quantity,
-		Behavior: b, ProrationDate: at.UTC(), PeriodStart: s.CurrentPeriodStart, PeriodEnd: s.CurrentPeriodEnd,
+		Behavior: b, ProrationDate: at.UTC(), PeriodStart: period.Start, PeriodEnd: period.End,
 		Currency: item.Price.Currency, Lines: []ProrationLine{}, PendingBefore: s.PendingProration, PendingAfter: s.PendingProration,
 	}
-	if b == ProrationNone || s.Status == SubTrialing {
+	if b == ProrationNone || (s.Status == SubTrialing && !s.NextPeriodCharged) {
 		return qc, nil
 	}
-	qc.Lines = ProrationLines(item.Price.Amount, item.Quantity, req.Quantity, Period{Start: s.CurrentPeriodStart, End: s.CurrentPeriodEnd}, at)
+	qc.Lines = ProrationLines(item.Price.Amount, item.Quantity, req.Quantity, period, at)
 	if qc.Lines == nil {
 		qc.Lines = []ProrationLine{}
 	}
@@ -199,9 +213,9 @@ func (s *Subscription) ApplyQuantityChange(qc QuantityChange) error {
 	if err := s.canChangeQuantity(); err != nil {
 		return err
 	}
-	i := s.itemIndex(qc.ItemID)
+	i, period := s.itemIndex(qc.ItemID), s.ProrationPeriod()
 	if qc.SubscriptionID != s.ID || i < 0 || s.Items[i].Quantity != qc.OldQuantity ||
-		!s.CurrentPeriodStart.Equal(qc.PeriodStart) || !s.CurrentPeriodEnd.Equal(qc.PeriodEnd) ||
+		!period.Start.Equal(qc.PeriodStart) || !period.End.Equal(qc.PeriodEnd) ||
 		s.PendingProration != qc.PendingBefore || s.Items[i].Price.Currency != qc.Currency {
 		return Errorf(ValidationError, "The subscription has changed since this quantity change was computed; preview it again.")
 	}

@@ -124,10 +124,11 @@ func (cs CheckoutSession) StatusAt(now time.Time) string {
 
 // TotalWith is what the customer pays with a shipping amount (0 for none):
 // the subtotal plus shipping, grossed up by plan's fee when the session
-// passes fees on.
+// passes fees on. Nothing due (a trial) stays nothing: no fee is taken
+// where no charge is made.
 func (cs CheckoutSession) TotalWith(plan Plan, shipping int64) int64 {
 	total := cs.AmountSubtotal + shipping
-	if cs.PassFees {
+	if cs.PassFees && total > 0 {
 		total = GrossUp(plan, cs.Currency, total)
 	}
 	return total

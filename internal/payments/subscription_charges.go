@@ -37,6 +37,19 @@ type SubscriptionCharge struct {
 	DeclineCode     *string
 	PaymentIntentID *string
 	Created         time.Time
+	// Started is the newest attempt whose processor call may have been
+	// made, recorded before the call; nil before the first call.
+	Started *ChargeAttempt
+}
+
+// ChargeAttempt is attempt N of a subscription charge as it was sent to
+// the processor, under the key chargeKey(charge, N): the saved card and the
+// amount charged (grossed up when fees are passed on). A run that finds it
+// started and not settled sends it again exactly so.
+type ChargeAttempt struct {
+	N      int
+	CardID string
+	Amount int64
 }
 
 // Behaviours of a saved sandbox card: what every later charge of it does.

@@ -34,6 +34,13 @@ type SubscriptionCharges interface {
 	// to the next renewal. ErrChargeSettled from fn writes nothing.
 	// Codes: subscription_not_found, and fn's.
 	SettleSubscriptionCharge(ctx context.Context, sc Scope, id string, fn func(plan Plan, ch *SubscriptionCharge, sub *Subscription) (*PaymentIntent, Effects, error)) (SubscriptionCharge, error)
+	// StartSubscriptionCharge records, committed, that attempt a.N of the
+	// pending charge is about to be sent to the processor with a.CardID and
+	// a.Amount, unless that attempt was recorded started already (a run
+	// racing this one): it returns the attempt as recorded, which the call
+	// must send. ok is false when the charge is no longer pending at that
+	// attempt (another run settled it). Codes: subscription_not_found.
+	StartSubscriptionCharge(ctx context.Context, sc Scope, id string, a ChargeAttempt) (started ChargeAttempt, ok bool, err error)
 	// DueSubscriptionCharges are the ids of the scope's pending charges
 	// whose attempt is due at now (the scope's time), oldest first.
 	DueSubscriptionCharges(ctx context.Context, sc Scope, now time.Time, limit int) ([]string, error)
@@ -99,37 +106,56 @@ func (s *Service) renewDue(ctx context.Context, limit int, only *Scope) (int, er
 
 // ChargeSubscription is the one step that charges a subscription's saved
 // card for a pending charge (a renewal, a dunning retry, an always_invoice
-// proration): charge, then record. It calls the processor holding no lock
-// and no transaction, with the key of the charge's next attempt, then
-// records the outcome in one transaction (SettleSubscriptionCharge): on
-// success a payment naming the subscription (fee and ledger entry as any
-// payment's, refundable), the charge succeeded, a renewal's subscription
-// moved to its next period (active) with customer.subscription.updated;
-// on a decline the attempt counted and the next one scheduled
-// (DunningSchedule: past_due, then unpaid). A charge not pending, or whose
-// attempt is not yet due on the scope's clock, is left as it is; a run
-// that finds the attempt recorded by another (a duplicated task, a worker
-// killed after the processor answered) records nothing: the processor
-// answered both with the same charge. A retryable processor error is
-// returned for the job to retry the same attempt.
+// proration): charge, then record. It records the attempt as started (its
+// card and amount, committed), calls the processor holding no lock and no
+// transaction, with the key of the charge's next attempt, then records the
+// outcome in one transaction (SettleSubscriptionCharge): on success a
+// payment naming the subscription (fee and ledger entry as any payment's,
+// refundable), the charge succeeded, a renewal's subscription moved to its
+// next period (active) with customer.subscription.updated; on a decline
+// the attempt counted and the next one scheduled (DunningSchedule:
+// past_due, then unpaid). A charge not pending, or whose attempt is not yet
+// due on the scope's clock, is left as it is; a run that finds the attempt
+// recorded by another (a duplicated task, a worker killed after the
+// processor answered) records nothing: the processor answered both with
+// the same charge. An attempt started by a run that died before recording
+// it is sent again as it was first sent, whatever changed since: the
+// processor answers with the charge it made, if it made one, and that
+// charge is recorded even on a subscription canceled meanwhile. A
+// retryable processor error is returned for the job to retry the same
+// attempt.
 // Codes: subscription_not_found.
 func (s *Service) ChargeSubscription(ctx context.Context, sc Scope, id string) (SubscriptionCharge, error) {
-	ch, err := s.store.SubscriptionCharge(ctx, sc, id)
+	ch, _, err := s.chargeSubscription(ctx, sc, id)
+	return ch, err
+}
+
+// chargeSubscription is ChargeSubscription; resumed reports that the
+// attempt it settled was one an earlier run had started.
+func (s *Service) chargeSubscription(ctx context.Context, sc Scope, id string) (ch SubscriptionCharge, resumed bool, err error) {
+	ch, err = s.store.SubscriptionCharge(ctx, sc, id)
 	if err != nil || ch.Status != ChargePending {
-		return ch, err
+		return ch, false, err
 	}
 	now := s.clock.Now(ctx, sc)
 	if ch.NextAttemptAt != nil && now.Before(*ch.NextAttemptAt) {
-		return ch, nil // a dunning retry whose time has not come
+		return ch, false, nil // a dunning retry whose time has not come
 	}
 	sub, err := s.store.Subscription(ctx, sc, ch.SubscriptionID)
 	if err != nil {
-		return ch, err
+		return ch, false, err
 	}
 	attempt := ch.Attempts + 1
 	var out processor.Outcome
 	charged := ch.Amount
+	resumed = ch.Started != nil && ch.Started.N == attempt
 	switch {
+	case resumed:
+		// The card may have been charged: ask again, exactly as before.
+		charged = ch.Started.Amount
+		if out, err = s.chargeCard(ctx, sc, ch, sub, *ch.Started); err != nil {
+			return ch, false, err
+		}
 	case sub.Ended() || (ch.Kind == ChargeRenewal && sub.CancelAtPeriodEnd && !now.Before(sub.CurrentPeriodEnd)):
 		out.DeclineCode = DeclineSubscriptionEnded // never charged: settled below, ending it if due
 	case ch.Amount == 0:
@@ -140,19 +166,21 @@ func (s *Service) ChargeSubscription(ctx context.Context, sc Scope, id string) (
 		if sub.PassFees {
 			plan, err := s.store.MerchantPlan(ctx, sc.MerchantID)
 			if err != nil {
-				return ch, err
+				return ch, false, err
 			}
 			charged = GrossUp(plan, ch.Currency, ch.Amount)
 		}
-		out, err = s.proc.ChargeCard(ctx, account(sc), processor.CardCharge{
-			Key: chargeKey(ch.ID, attempt), CardID: *sub.CardID, CustomerID: sub.CustomerID, Amount: charged, Currency: ch.Currency,
-		})
-		var perr *processor.Error
-		switch {
-		case errors.As(err, &perr) && !perr.Retryable:
-			out = processor.Outcome{DeclineCode: perr.Code}
-		case err != nil:
-			return ch, err
+		a, ok, err := s.store.StartSubscriptionCharge(ctx, sc, id, ChargeAttempt{N: attempt, CardID: *sub.CardID, Amount: charged})
+		if err != nil {
+			return ch, false, err
+		}
+		if !ok { // settled by another run meanwhile
+			ch, err = s.store.SubscriptionCharge(ctx, sc, id)
+			return ch, false, err
+		}
+		charged = a.Amount // a racing run's start, if it came first
+		if out, err = s.chargeCard(ctx, sc, ch, sub, a); err != nil {
+			return ch, false, err
 		}
 	}
 	now = s.clock.Now(ctx, sc) // after the charge, and before the transaction: see changeSubscription
@@ -163,9 +191,27 @@ func (s *Service) ChargeSubscription(ctx context.Context, sc Scope, id string) (
 		return s.settle(sc, now, plan, ch, sub, attempt, charged, out)
 	})
 	if errors.Is(err, ErrChargeSettled) {
-		return s.store.SubscriptionCharge(ctx, sc, id)
+		ch, err = s.store.SubscriptionCharge(ctx, sc, id)
+		return ch, resumed, err
 	}
-	return settled, err
+	return settled, resumed, err
+}
+
+// chargeCard sends attempt a of the charge to the processor. A decline,
+// or an error the processor says is final, is the outcome; a retryable
+// error is returned.
+func (s *Service) chargeCard(ctx context.Context, sc Scope, ch SubscriptionCharge, sub Subscription, a ChargeAttempt) (processor.Outcome, error) {
+	out, err := s.proc.ChargeCard(ctx, account(sc), processor.CardCharge{
+		Key: chargeKey(ch.ID, a.N), CardID: a.CardID, CustomerID: sub.CustomerID, Amount: a.Amount, Currency: ch.Currency,
+	})
+	var perr *processor.Error
+	switch {
+	case errors.As(err, &perr) && !perr.Retryable:
+		return processor.Outcome{DeclineCode: perr.Code}, nil
+	case err != nil:
+		return out, err
+	}
+	return out, nil
 }
 
 // settle records attempt's outcome on the locked charge and subscription.
@@ -211,11 +257,11 @@ func (s *Service) settle(sc Scope, now time.Time, plan Plan, ch *SubscriptionCha
 	ch.DeclineCode = &code
 	switch {
 	case code == DeclineSubscriptionEnded || sub.Ended():
+		// An ended subscription bills nothing more: a proration it was
+		// not charged does not become pending again (nor is an event
+		// recorded after its customer.subscription.deleted).
 		ch.Status, ch.NextAttemptAt = ChargeFailed, nil
 		sub.EndIfDue(now)
-		if ch.Kind == ChargeProration {
-			sub.PendingProration += ch.Amount // billed with the next renewal, if any
-		}
 	case ch.Kind == ChargeProration:
 		// A declined proration is not retried on its own: its amount goes
 		// back to the pending items that the next renewal charges.
@@ -246,13 +292,24 @@ func (s *Service) settle(sc Scope, now time.Time, plan Plan, ch *SubscriptionCha
 // (a success makes the subscription active again; a decline is one more
 // attempt). It calls the processor: never call it inside a transaction.
 // Codes: subscription_not_found, validation_error (no open charge).
+//
+// An attempt an earlier run started and never recorded (a worker killed
+// mid-call) is answered first, with the card it was sent with; if it was
+// declined, one more attempt then charges the card on file now.
 func (s *Service) RetryOpenCharge(ctx context.Context, sc Scope, subscriptionID string) (Subscription, error) {
-	id, err := s.store.ReopenSubscriptionCharge(ctx, sc, subscriptionID, s.clock.Now(ctx, sc))
-	if err != nil {
-		return Subscription{}, err
-	}
-	if _, err := s.ChargeSubscription(ctx, sc, id); err != nil {
-		return Subscription{}, err
+	for range 2 {
+		id, err := s.store.ReopenSubscriptionCharge(ctx, sc, subscriptionID, s.clock.Now(ctx, sc))
+		if err != nil {
+			return Subscription{}, err
+		}
+		_, resumed, err := s.chargeSubscription(ctx, sc, id)
+		if err != nil {
+			return Subscription{}, err
+		}
+		sub, err := s.store.Subscription(ctx, sc, subscriptionID)
+		if err != nil || !resumed || (sub.Status != SubPastDue && sub.Status != SubUnpaid) {
+			return sub, err
+		}
 	}
 	return s.store.Subscription(ctx, sc, subscriptionID)
 }

@@ -56,6 +56,11 @@ type Subscription struct {
 	// ProcessorSyncedAt is when the processor created the newest event
 	// about it that was applied: an older one arriving late is stale.
 	ProcessorSyncedAt *time.Time
+	// NextPeriodCharged: the renewal charge of the period after the current
+	// one is written (its amount fixed), and the period has not moved yet
+	// (the charge is being made, or declined and in dunning). Read only:
+	// the store derives it from the charges.
+	NextPeriodCharged bool
 }
 
 // SubscriptionItem is one price of a subscription and its quantity.
@@ -161,11 +166,18 @@ func (s Subscription) canChangeQuantity() error {
 // cancellation; pending prorations are never billed. Scheduling leaves
 // canceled_at null until the period ends (EndIfDue sets both then).
 // Scheduling twice changes nothing and reports changed false, so no event
-// is recorded. An incomplete subscription can only be canceled now.
+// is recorded. An incomplete subscription can only be canceled now. A
+// subscription this service bills whose period has ended already (past_due
+// or unpaid: its period moves only when the next one is paid) has no period
+// end left to wait for, so at period end means now: else no sweep would
+// ever end it (the sweep renews active and trialing ones only).
 // Codes: validation_error (already ended).
 func (s *Subscription) Cancel(atPeriodEnd bool, now time.Time) (changed bool, err error) {
 	if s.Ended() {
 		return false, notAllowed("The subscription has already ended (%s).", s.Status)
+	}
+	if atPeriodEnd && s.ProcessorID == "" && !now.Before(s.CurrentPeriodEnd) {
+		atPeriodEnd = false
 	}
 	if !atPeriodEnd {
 		t := now.UTC()

@@ -22,6 +22,7 @@ const subscriptionCols = `s.id, s.livemode, s.customer_id, s.status, s.currency,
 	s.current_period_end, s.cancel_at_period_end, s.canceled_at, s.ended_at, s.trial_end, s.pending_proration,
 	s.pass_fees_to_customer, s.metadata, s.card_id, s.session_id, s.next_retry_at, s.created_at,
 	s.processor_subscription_id, s.processor_synced_at,
+	coalesce(s.renewal_charged_for = s.current_period_end, false) AS next_period_charged,
 	(SELECT coalesce(json_agg(json_build_object('id', i.id, 'price_id', i.price_id, 'product_id', i.product_id,
 		'name', i.name, 'amount', i.amount, 'currency', i.currency, 'interval', i.interval,
 		'interval_count', i.interval_count, 'quantity', i.quantity) ORDER BY i.created_at, i.id), '[]')
@@ -49,6 +50,7 @@ type subscriptionRow struct {
 	CreatedAt          time.Time      `db:"created_at"`
 	ProcessorID        sql.NullString `db:"processor_subscription_id"`
 	ProcessorSyncedAt  sql.NullTime   `db:"processor_synced_at"`
+	NextPeriodCharged  bool           `db:"next_period_charged"`
 	Items              []byte         `db:"items"`
 }
 
@@ -69,7 +71,7 @@ func (r *subscriptionRow) dests() []any {
 	return []any{&r.ID, &r.Live, &r.CustomerID, &r.Status, &r.Currency, &r.Anchor, &r.CurrentPeriodStart,
 		&r.CurrentPeriodEnd, &r.CancelAtPeriodEnd, &r.CanceledAt, &r.EndedAt, &r.TrialEnd, &r.PendingProration,
 		&r.PassFees, &r.Metadata, &r.CardID, &r.SessionID, &r.NextRetryAt, &r.CreatedAt,
-		&r.ProcessorID, &r.ProcessorSyncedAt, &r.Items}
+		&r.ProcessorID, &r.ProcessorSyncedAt, &r.NextPeriodCharged, &r.Items}
 }
 
 func (r subscriptionRow) subscription() (payments.Subscription, error) {
@@ -77,7 +79,7 @@ func (r subscriptionRow) subscription() (payments.Subscription, error) {
 		ID: r.ID, Live: r.Live, CustomerID: r.CustomerID, Status: r.Status, Currency: r.Currency,
 		Anchor: r.Anchor.UTC(), CurrentPeriodStart: r.CurrentPeriodStart.UTC(), CurrentPeriodEnd: r.CurrentPeriodEnd.UTC(),
 		CancelAtPeriodEnd: r.CancelAtPeriodEnd, CanceledAt: timePtr(r.CanceledAt), EndedAt: timePtr(r.EndedAt),
-		TrialEnd: timePtr(r.TrialEnd), PendingProration: r.PendingProration, PassFees: r.PassFees,
+		TrialEnd: timePtr(r.TrialEnd), PendingProration: r.PendingProration, PassFees: r.PassFees, NextPeriodCharged: r.NextPeriodCharged,
 		CardID: strPtr(r.CardID), SessionID: strPtr(r.SessionID), NextRetryAt: timePtr(r.NextRetryAt), Created: r.CreatedAt,
 		ProcessorID: r.ProcessorID.String, ProcessorSyncedAt: timePtr(r.ProcessorSyncedAt),
 	}

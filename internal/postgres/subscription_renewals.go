@@ -13,7 +13,7 @@ import (
 )
 
 const chargeCols = `id, subscription_id, kind, period_start, period_end, change_id, amount, currency, status, attempts,
-	next_attempt_at, first_failed_at, decline_code, payment_intent_id, created_at`
+	next_attempt_at, first_failed_at, decline_code, payment_intent_id, created_at, started_attempt, started_card_id, started_amount`
 
 type chargeRow struct {
 	ID              string         `db:"id"`
@@ -31,15 +31,22 @@ type chargeRow struct {
 	DeclineCode     sql.NullString `db:"decline_code"`
 	PaymentIntentID sql.NullString `db:"payment_intent_id"`
 	CreatedAt       time.Time      `db:"created_at"`
+	StartedAttempt  sql.NullInt64  `db:"started_attempt"`
+	StartedCardID   sql.NullString `db:"started_card_id"`
+	StartedAmount   sql.NullInt64  `db:"started_amount"`
 }
 
 func (r chargeRow) charge() payments.SubscriptionCharge {
-	return payments.SubscriptionCharge{
+	ch := payments.SubscriptionCharge{
 		ID: r.ID, SubscriptionID: r.SubscriptionID, Kind: r.Kind, PeriodStart: utcPtr(r.PeriodStart), PeriodEnd: utcPtr(r.PeriodEnd),
 		ChangeID: strPtr(r.ChangeID), Amount: r.Amount, Currency: r.Currency, Status: r.Status, Attempts: r.Attempts,
 		NextAttemptAt: utcPtr(r.NextAttemptAt), FirstFailedAt: utcPtr(r.FirstFailedAt), DeclineCode: strPtr(r.DeclineCode),
 		PaymentIntentID: strPtr(r.PaymentIntentID), Created: r.CreatedAt,
 	}
+	if r.StartedAttempt.Valid {
+		ch.Started = &payments.ChargeAttempt{N: int(r.StartedAttempt.Int64), CardID: r.StartedCardID.String, Amount: r.StartedAmount.Int64}
+	}
+	return ch
 }
 
 func utcPtr(t sql.NullTime) *time.Time {
@@ -248,6 +255,28 @@ func (s *Store) SettleSubscriptionCharge(ctx context.Context, sc payments.Scope,
 		return applyEffects(ctx, tx, sc, eff)
 	})
 	return ch, err
+}
+
+// StartSubscriptionCharge records attempt a as started on the pending
+// charge, in a statement of its own (committed before the processor call).
+// When the attempt is recorded started already, the first record stands:
+// the CASEs read the row as it was.
+func (s *Store) StartSubscriptionCharge(ctx context.Context, sc payments.Scope, id string, a payments.ChargeAttempt) (payments.ChargeAttempt, bool, error) {
+	const q = `UPDATE subscription_charges SET
+		started_card_id = CASE WHEN started_attempt = $4 THEN started_card_id ELSE $5 END,
+		started_amount = CASE WHEN started_attempt = $4 THEN started_amount ELSE $6 END,
+		started_attempt = $4, updated_at = now()
+	WHERE merchant_id = $1 AND livemode = $2 AND id = $3 AND status = 'pending' AND attempts = $4 - 1
+	RETURNING started_card_id, started_amount`
+	started := payments.ChargeAttempt{N: a.N}
+	err := s.q.QueryRowxContext(ctx, q, sc.MerchantID, sc.Live, id, a.N, a.CardID, a.Amount).Scan(&started.CardID, &started.Amount)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.ChargeAttempt{}, false, nil
+	}
+	if err != nil {
+		return payments.ChargeAttempt{}, false, fmt.Errorf("start subscription charge: %w", err)
+	}
+	return started, true, nil
 }
 
 // DueSubscriptionCharges returns the scope's pending charges due at now.
