@@ -116,10 +116,10 @@ type QuantityChange struct {
 	ProrationDate  time.Time         `json:"proration_date"`
 	// PeriodStart and PeriodEnd are the period prorated over
 	// (Subscription.ProrationPeriod).
-	PeriodStart time.Time `json:"period_start"`
-	PeriodEnd   time.Time `json:"period_end"`
-	Currency       string            `json:"currency"`
-	Lines          []ProrationLine   `json:"lines"`
+	PeriodStart time.Time       `json:"period_start"`
+	PeriodEnd   time.Time       `json:"period_end"`
+	Currency    string          `json:"currency"`
+	Lines       []ProrationLine `json:"lines"`
 	// Proration is the sum of Lines (negative: a net credit).
 	Proration int64 `json:"proration"`
 	// PendingBefore and PendingAfter are the subscription's pending
