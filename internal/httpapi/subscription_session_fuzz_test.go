@@ -79,6 +79,7 @@ func FuzzSubscriptionListQuery(f *testing.F) {
 		"", "status=all", "status=canceled&customer=cus_x&limit=100", "status=bogus", "limit=0", "limit=1e2",
 		"starting_after=sub_x", "page=eyJzIjoiIiwibCI6MTAsImEiOiJzdWJfeCJ9", "page=eyJzIjoiYm9ndXMiLCJsIjoxMCwiYSI6InN1Yl94In0",
 		"page=%00", "page=eyJsIjotMX0&limit=5", "page=x&status=all", "customer=cus_" + strings.Repeat("a", 300),
+		"page=eyJzIjoiIiwibCI6MTAsImEiOiJzdWJfXHUwMDAweCJ9", "page=eyJzIjoiIiwiYyI6ImN1c19cdTAwMDAiLCJsIjoxMCwiYSI6InN1Yl94In0",
 	} {
 		f.Add(seed)
 	}

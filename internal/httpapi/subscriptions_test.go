@@ -482,6 +482,9 @@ func TestSubscriptionList(t *testing.T) {
 		"starting_after=" + b.ID, // canceled: not in the active list
 		"starting_after=sub_nope", "page=" + url.QueryEscape(*p1.NextPage) + "&status=active",
 		"page=" + url.QueryEscape(*p1.NextPage) + "&starting_after=" + a.ID,
+		// Forged tokens: a NUL (\u0000) in the cursor or the customer, a
+		// lone surrogate, a customer over 255 bytes (a 500 once).
+		"page=eyJzIjoiIiwibCI6MTAsImEiOiJzdWJfXHUwMDAweCJ9", "page=eyJzIjoiIiwiYyI6ImN1c19cdTAwMDAiLCJsIjoxMCwiYSI6InN1Yl94In0", "page=eyJzIjoiIiwiYyI6ImN1c19hYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWEiLCJsIjoxMCwiYSI6InN1Yl94In0", "page=eyJzIjoiIiwibCI6MTAsImEiOiJzdWJfXHVkY2ZmIn0",
 	} {
 		wantError(t, h.do("GET", "/v1/subscriptions?"+q, s.key, nil), 400, "validation_error")
 	}

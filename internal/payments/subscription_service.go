@@ -69,6 +69,20 @@ type pageToken struct {
 	After    string `json:"a"`
 }
 
+// tokenID reports whether s can be an id with prefix: at most 255 bytes of
+// ASCII letters, digits and underscores.
+func tokenID(s, prefix string) bool {
+	if !strings.HasPrefix(s, prefix) || len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
 // ParseSubscriptionQuery turns the list's query into a filter. status
 // defaults to active; "all" lifts it. page (a next_page token) carries the
 // filters and the cursor: only limit may be given beside it.
@@ -84,8 +98,11 @@ func ParseSubscriptionQuery(q SubscriptionQuery) (SubscriptionFilter, error) {
 		if err == nil {
 			err = json.Unmarshal(raw, &t)
 		}
-		if err != nil || t.After == "" || t.Limit < 1 || t.Limit > MaxLimit || (t.Status != "" && !knownStatus(t.Status)) ||
-			(t.Customer != "" && !strings.HasPrefix(t.Customer, "cus_")) {
+		// The token is decoded here, past the gate's checks of the raw
+		// query: its ids are held to what an id can be (a JSON \u0000 is
+		// a NUL PostgreSQL refuses as text).
+		if err != nil || !tokenID(t.After, "sub_") || t.Limit < 1 || t.Limit > MaxLimit || (t.Status != "" && !knownStatus(t.Status)) ||
+			(t.Customer != "" && !tokenID(t.Customer, "cus_")) {
 			return f, Invalid("page", "is not a next_page token of this list")
 		}
 		f.Status, f.CustomerID, f.StartingAfter = t.Status, t.Customer, t.After
