@@ -162,13 +162,44 @@ func checkLengths(errs map[string]string, fields map[string]string) {
 }
 
 // checkoutForm holds what the customer typed, to re-render after an error.
-// The card number and CVC are never echoed back.
+// The card number and CVC are never echoed back, nor is a card number typed
+// into another field (scrubbed).
 type checkoutForm struct {
 	Email, Name                                             string
 	ShipLine1, ShipLine2, ShipCity, ShipPostal, ShipCountry string
 	Option                                                  string
 	BillLine1, BillCity, BillPostal, BillCountry            string
 	ExpMonth, ExpYear                                       string
+}
+
+// scrubbed is f with every field that holds what may be a card number
+// emptied: a page that echoed it would put the number in a response.
+func (f checkoutForm) scrubbed() checkoutForm {
+	for _, v := range []*string{&f.Email, &f.Name, &f.ShipLine1, &f.ShipLine2, &f.ShipCity, &f.ShipPostal, &f.ShipCountry,
+		&f.Option, &f.BillLine1, &f.BillCity, &f.BillPostal, &f.BillCountry, &f.ExpMonth, &f.ExpYear} {
+		if mayHoldCardNumber(*v) {
+			*v = ""
+		}
+	}
+	return f
+}
+
+// mayHoldCardNumber reports whether s has a run of 12 or more digits, the
+// spaces and dashes between them not counted: the shortest card number.
+func mayHoldCardNumber(s string) bool {
+	run := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			if run++; run >= 12 {
+				return true
+			}
+		case (c == ' ' || c == '-') && run > 0:
+		default:
+			run = 0
+		}
+	}
+	return false
 }
 
 type itemView struct {
@@ -207,7 +238,7 @@ func (p *Pages) view(cs payments.CheckoutSession, now time.Time, f checkoutForm,
 	v := checkoutView{
 		Title: "Checkout", Merchant: cs.MerchantName, ID: cs.ID, Total: formatMoney(cs.AmountTotal, cs.Currency),
 		Shipping: cs.CollectShipping, Billing: cs.BillingAddressCollection != nil && *cs.BillingAddressCollection == "required",
-		Countries: cs.ShippingCountries, CancelURL: cs.CancelURL, Form: f, Errs: errs, Error: msg,
+		Countries: cs.ShippingCountries, CancelURL: cs.CancelURL, Form: f.scrubbed(), Errs: errs, Error: msg,
 	}
 	for _, li := range cs.LineItems {
 		v.Items = append(v.Items, itemView{Name: li.Name, Quantity: li.Quantity, Amount: formatMoney(li.Amount, li.Currency)})

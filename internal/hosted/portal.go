@@ -209,7 +209,7 @@ func (p *Pages) portalCard(c *gin.Context) {
 	number, m, y := checkCard(c, f, p.svc.Now(ctx, v.Session.Scope), errs)
 	again := func(status int, msg string) {
 		pv := p.portalView(c, v, nonce)
-		pv.Form, pv.Errs, pv.Error = f, errs, msg
+		pv.Form, pv.Errs, pv.Error = f.scrubbed(), errs, msg
 		render(c, status, "portal.html", pv)
 	}
 	if len(errs) > 0 {

@@ -382,3 +382,61 @@ func TestPortalCardRetriesPastDue(t *testing.T) {
 		t.Errorf("got payments %+v, want the open charge paid once (4900)", pays)
 	}
 }
+
+// TestFormsNeverEchoCardNumbers: a card number typed into another field of
+// the checkout or the portal's card form is not rendered back with the
+// form's errors (the number and CVC fields never are).
+func TestFormsNeverEchoCardNumbers(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 0)
+	_, key := s.merchantKey()
+	var prod struct {
+		Price struct{ ID string } `json:"price"`
+	}
+	s.api("POST", "/v1/subscription-products", key, map[string]any{
+		"name": "Pro plan", "amount": 4900, "currency": "usd", "interval": "monthly",
+	}, &prod)
+	cs := s.createSubSession(key, map[string]any{"price_id": prod.Price.ID,
+		"success_url": "https://shop.example/ok", "cancel_url": "https://shop.example/cancel"})
+	client := newClient(t)
+	year := strconv.Itoa(time.Now().Year() + 1)
+	const pan, spaced = "4242424242424242", "4242 4242-4242 4242"
+	valid := url.Values{"email": {"ada@example.com"}, "name": {"Ada Lovelace"}, "card_number": {"4242"},
+		"exp_month": {"12"}, "exp_year": {year}, "cvc": {"123"}}
+	for _, field := range []string{"email", "name", "exp_month", "exp_year"} {
+		for _, typed := range []string{pan, spaced, pan + "@example.com"} {
+			form := url.Values{}
+			for k, v := range valid {
+				form[k] = v
+			}
+			form.Set(field, typed)
+			p := fetch(t, client, "POST", *cs.URL, form)
+			if p.status != http.StatusBadRequest {
+				t.Errorf("%s=%q: got %d, want 400", field, typed, p.status)
+			}
+			if strings.Contains(p.body, typed) || strings.Contains(p.body, pan) {
+				t.Errorf("%s=%q: the page echoes the card number", field, typed)
+			}
+			if field == "name" && !strings.Contains(fetch(t, client, "POST", *cs.URL, url.Values{"name": {"Ada Lovelace"}}).body, "Ada Lovelace") {
+				t.Errorf("a name without a card number is no longer echoed")
+			}
+		}
+	}
+
+	valid.Set("card_number", pan)
+	if p := fetch(t, client, "POST", *cs.URL, valid); p.status != http.StatusSeeOther {
+		t.Fatalf("subscribe: got %d, want 303", p.status)
+	}
+	var ps struct{ URL string }
+	s.api("POST", "/v1/subscriptions/"+s.subscriptionOf(key, cs.ID).ID+"/portal-session", key,
+		map[string]any{"return_url": "https://shop.example/account"}, &ps)
+	page := fetch(t, client, "GET", ps.URL, nil)
+	for _, field := range []string{"exp_month", "exp_year"} {
+		form := url.Values{"form_token": {formToken(t, page.body)}, "card_number": {"4242"}, "exp_month": {"12"}, "exp_year": {year}, "cvc": {"123"}}
+		form.Set(field, spaced)
+		p := fetch(t, client, "POST", ps.URL+"/card", form)
+		if p.status != http.StatusBadRequest || strings.Contains(p.body, spaced) {
+			t.Errorf("portal card form, %s holding a card number: got %d, echoed %v; want 400, not echoed", field, p.status, strings.Contains(p.body, spaced))
+		}
+	}
+}
