@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -71,6 +72,24 @@ func TestStripeWebhookRoute(t *testing.T) {
 	wantError(t, h.do("POST", "/stripe/webhook", "", bytes.Replace(payload, []byte("evt_route1"), []byte("evt_route2"), 1), "Stripe-Signature", sig),
 		http.StatusBadRequest, "validation_error")
 	wantError(t, h.do("POST", "/stripe/webhook", "", payload), http.StatusBadRequest, "validation_error")
+
+	// Signed events whose object does not decode: 400, never 500 (a 500
+	// once; Stripe would send them again for days), and nothing stored.
+	for i, ev := range []map[string]any{
+		{"type": "payment_intent.succeeded", "data": map[string]any{"object": map[string]any{"id": 5}}},
+		{"type": "charge.dispute.created", "data": map[string]any{"object": map[string]any{"id": "dp_1", "amount": json.Number("99999999999999999999")}}},
+		{"type": "checkout.session.completed", "data": map[string]any{"object": map[string]any{"id": "cs_x", "client_reference_id": 7}}},
+	} {
+		ev["id"], ev["object"], ev["api_version"], ev["created"], ev["livemode"], ev["account"] =
+			fmt.Sprintf("evt_bad%d", i), "event", "2023-10-16", time.Now().Unix(), false, acct
+		bad, _ := json.Marshal(ev)
+		sig := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: bad, Secret: secret}).Header
+		wantError(t, h.do("POST", "/stripe/webhook", "", bad, "Stripe-Signature", sig), http.StatusBadRequest, "validation_error")
+	}
+	var stored int
+	if err := h.db.Get(&stored, `SELECT count(*) FROM processor_events WHERE external_id LIKE 'evt_bad%'`); err != nil || stored != 0 {
+		t.Errorf("undecodable events stored: %d (%v), want none", stored, err)
+	}
 
 	plain := newHarness(t, harnessOpts{})
 	wantError(t, plain.do("POST", "/stripe/webhook", "", payload, "Stripe-Signature", sig), http.StatusNotFound, "endpoint_not_found")

@@ -70,6 +70,17 @@ func (in *Inbound) Receive(ctx context.Context, payload []byte, signature string
 	return true, in.inbox.ReceiveProcessorEvent(ctx, sc, pev)
 }
 
+// decodeObject reads an event's object into v. A signed event whose object
+// does not decode (a field of another type, a number out of range) is bad
+// input, 400 validation_error, not a failure to store (500): sending it
+// again cannot mend it.
+func decodeObject(typ stripego.EventType, raw []byte, v any) error {
+	if err := json.Unmarshal(raw, v); err != nil {
+		return payments.Errorf(payments.ValidationError, "The %s event's object does not decode: %v", typ, err)
+	}
+	return nil
+}
+
 // translate maps a Stripe event onto the processor event the sandbox
 // reports for the same outcome (README, "Running on Stripe"). ok is false
 // for an event with nothing to do here.
@@ -84,8 +95,8 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 	switch ev.Type {
 	case "checkout.session.completed", "checkout.session.async_payment_succeeded", "checkout.session.async_payment_failed":
 		var s stripego.CheckoutSession
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		if err := decodeObject(ev.Type, raw, &s); err != nil {
+			return sc, out, false, err
 		}
 		ours := s.ClientReferenceID
 		if !strings.HasPrefix(ours, "cs_") {
@@ -118,8 +129,8 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 		}
 	case "payment_intent.succeeded", "payment_intent.payment_failed":
 		var pi stripego.PaymentIntent
-		if err := json.Unmarshal(raw, &pi); err != nil {
-			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		if err := decodeObject(ev.Type, raw, &pi); err != nil {
+			return sc, out, false, err
 		}
 		ours := pi.Metadata[metaPayment]
 		if !strings.HasPrefix(ours, "pi_") {
@@ -135,8 +146,8 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 		}
 	case "charge.refund.updated", "refund.updated":
 		var r stripego.Refund
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		if err := decodeObject(ev.Type, raw, &r); err != nil {
+			return sc, out, false, err
 		}
 		ours := r.Metadata[metaRefund]
 		if !strings.HasPrefix(ours, "re_") {
@@ -154,8 +165,8 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 		}
 	case "charge.dispute.created", "charge.dispute.closed":
 		var d stripego.Dispute
-		if err := json.Unmarshal(raw, &d); err != nil {
-			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		if err := decodeObject(ev.Type, raw, &d); err != nil {
+			return sc, out, false, err
 		}
 		if d.PaymentIntent == nil || d.PaymentIntent.ID == "" {
 			return sc, out, false, nil
@@ -179,8 +190,8 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 		}
 	case "customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted":
 		var sub stripego.Subscription
-		if err := json.Unmarshal(raw, &sub); err != nil {
-			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		if err := decodeObject(ev.Type, raw, &sub); err != nil {
+			return sc, out, false, err
 		}
 		if !strings.HasPrefix(sub.Metadata[metaSession], "cs_") || sub.ID == "" {
 			return sc, out, false, nil // not a subscription this service's checkout created
@@ -191,8 +202,8 @@ func (p *Processor) translate(ctx context.Context, ev stripego.Event) (payments.
 		}
 	case "invoice.paid", "invoice.payment_failed":
 		var inv stripego.Invoice
-		if err := json.Unmarshal(raw, &inv); err != nil {
-			return sc, out, false, fmt.Errorf("decode %s: %w", ev.Type, err)
+		if err := decodeObject(ev.Type, raw, &inv); err != nil {
+			return sc, out, false, err
 		}
 		ok, err := p.ourInvoice(ctx, acct, &inv)
 		if err != nil || !ok {
