@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -142,6 +143,16 @@ func checkEndpointURL(raw string) error {
 	}
 	if utf8.RuneCountInString(raw) > maxEndpointURL {
 		return Invalid("url", "must be at most %d characters", maxEndpointURL)
+	}
+	if u.Hostname() == "" {
+		return Invalid("url", "must name a host")
+	}
+	// url.Parse takes any digits as a port: one no request can reach
+	// would only fail every delivery until the endpoint is disabled.
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return Invalid("url", "has a port outside 1 to 65535")
+		}
 	}
 	return nil
 }
