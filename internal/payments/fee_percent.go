@@ -13,3 +13,11 @@ func FeePercent(plan Plan) float64 {
 	}
 	return float64(bps) / 100
 }
+
+// InvoiceFee is the platform's fee on a processor's invoice of amount: the
+// plan's percentage only (FeePercent, rounded to the nearest minor unit,
+// halves up, as Fee rounds its percentage part), since that is all the
+// processor takes by application_fee_percent.
+func InvoiceFee(plan Plan, amount int64) int64 {
+	return (amount*feeRateBps[plan] + 5000) / 10000
+}

@@ -142,9 +142,15 @@ func (s *Service) TestPayments(ctx context.Context, sc Scope, lp ListParams) (Pa
 // succeed marks a payment paid in full and fixes its fee. Its effect is
 // the balance's credit of the amount net of the fee.
 func (pi *PaymentIntent) succeed(plan Plan, last4 string, now time.Time) Effects {
+	return pi.succeedWithFee(Fee(plan, pi.Currency, pi.Amount), last4, now)
+}
+
+// succeedWithFee is succeed with the platform's fee given: what a processor
+// took on its own terms (a Stripe invoice's percentage, InvoiceFee).
+func (pi *PaymentIntent) succeedWithFee(fee int64, last4 string, now time.Time) Effects {
 	pi.Status = IntentSucceeded
 	pi.AmountReceived = pi.Amount
-	pi.Fee = Fee(plan, pi.Currency, pi.Amount)
+	pi.Fee = fee
 	pi.SucceededAt = &now
 	pi.LastDeclineCode = nil
 	if last4 != "" {

@@ -233,7 +233,7 @@ func (s *Service) applyProcessorInvoice(ctx context.Context, a *application) err
 				ID: id, Live: sc.Live, Amount: inv.AmountPaid, Currency: cur, CustomerID: &sub.CustomerID,
 				SubscriptionID: &sub.ID, Description: &desc, Metadata: sub.Metadata, Created: now,
 			}
-			eff = pi.succeed(plan, inv.CardLast4, now)
+			eff = pi.succeedWithFee(InvoiceFee(plan, inv.AmountPaid), inv.CardLast4, now)
 			eff.Events = []Event{newEvent(EventPaymentSucceeded, pi.Object(), now)}
 		}
 		if !sub.Ended() && !a.stale(*sub, inv.PeriodEnd) {

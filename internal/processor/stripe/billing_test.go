@@ -3,6 +3,7 @@ package stripe_test
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -138,6 +139,19 @@ func TestStripeBillingRoutes(t *testing.T) {
 	}
 	if n := e.count(`SELECT count(*) FROM payment_intents WHERE subscription_id = $1 AND amount = 700 AND description = 'Subscription quantity change'`, sub.ID); n != 1 {
 		t.Errorf("payments of the paid proration invoice: got %d, want 1", n)
+	}
+	// The fee recorded is what Stripe takes: application_fee_percent of the
+	// invoice, with no fixed part (there was one once: 40 more).
+	var plan string
+	var fee, net int64
+	if err := e.db.QueryRow(`SELECT m.plan, p.fee_amount, l.amount FROM payment_intents p JOIN merchants m ON m.id = p.merchant_id
+		JOIN ledger_entries l ON l.source_id = p.id AND l.type = 'payment'
+		WHERE p.subscription_id = $1 AND p.amount = 700`, sub.ID).Scan(&plan, &fee, &net); err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(math.Round(700 * payments.FeePercent(payments.Plan(plan)) / 100)); fee != want || net != 700-want {
+		t.Errorf("paid invoice of 700 on plan %s: fee %d, net %d; want %d (%.1f%%, no fixed part), net %d",
+			plan, fee, net, want, payments.FeePercent(payments.Plan(plan)), 700-want)
 	}
 
 	ret := "https://shop.example/account"
