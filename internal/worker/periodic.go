@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +11,9 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"paysvc/internal/tasks"
 )
 
 // Every parses a Schedule spec: "@every D" (a Go duration), "@hourly" or
@@ -45,8 +50,8 @@ func TickID(taskType string, tick time.Time) string {
 // whose enqueue fails (Redis down) is tried again each second until it
 // works or the next tick replaces it. A task made Unique runs one tick at
 // a time: a tick that comes while the last one's task waits or runs is
-// skipped.
-func Periodic(ctx context.Context, client *asynq.Client, schedule map[string]func() *asynq.Task, now func() time.Time, log *slog.Logger) error {
+// skipped. rdb is the Redis of client, where releaseUniqueLock works.
+func Periodic(ctx context.Context, client *asynq.Client, rdb redis.UniversalClient, schedule map[string]func() *asynq.Task, now func() time.Time, log *slog.Logger) error {
 	type job struct {
 		every time.Duration
 		task  func() *asynq.Task
@@ -78,6 +83,9 @@ func Periodic(ctx context.Context, client *asynq.Client, schedule map[string]fun
 				log.DebugContext(ctx, "periodic task enqueued", "task_id", id)
 			case errors.Is(err, asynq.ErrTaskIDConflict):
 				log.DebugContext(ctx, "periodic task already enqueued by another scheduler", "task_id", id)
+				if err := releaseUniqueLock(ctx, rdb, task, id); err != nil {
+					log.WarnContext(ctx, "periodic task: uniqueness lock not released, its next ticks wait for it to expire", "task_id", id, "err", err)
+				}
 			case errors.Is(err, asynq.ErrDuplicateTask): // a Unique task: the last tick's still waits or runs
 				log.DebugContext(ctx, "periodic task skipped: the previous one has not finished", "task_id", id)
 			default:
@@ -93,3 +101,35 @@ func Periodic(ctx context.Context, client *asynq.Client, schedule map[string]fun
 		}
 	}
 }
+
+// releaseUniqueLock deletes the uniqueness lock that an enqueue of task
+// under id took before it found id taken. asynq (v0.26, enqueueUniqueCmd)
+// sets a Unique task's lock first, then checks the id, and on a conflict
+// leaves the lock: the tick's task had finished already (a waiting or
+// running one holds the lock itself, and the enqueue is refused as a
+// duplicate instead), so nothing would release it, and every later tick of
+// the task was skipped as a duplicate until the lock expired. With two
+// schedulers that was the renewal sweep running every sixth minute (its
+// Unique TTL is 5 minutes). The lock holds the task id, so only this
+// tick's lock is deleted; for a task not Unique there is none. The key is
+// asynq's base.UniqueKey, tried in each queue (a task's queue cannot be
+// read from it): TestTwoSchedulersRunEachTickOnce fails if asynq changes it.
+func releaseUniqueLock(ctx context.Context, rdb redis.UniversalClient, task *asynq.Task, id string) error {
+	if rdb == nil {
+		return nil
+	}
+	suffix := "unique:" + task.Type() + ":"
+	if p := task.Payload(); p != nil {
+		sum := md5.Sum(p)
+		suffix += hex.EncodeToString(sum[:])
+	}
+	for q := range tasks.Queues {
+		if err := deleteIfHolds.Run(ctx, rdb, []string{"asynq:{" + q + "}:" + suffix}, id).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteIfHolds deletes KEYS[1] if it holds ARGV[1].
+var deleteIfHolds = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)

@@ -44,8 +44,14 @@ func TestTwoSchedulersRunEachTickOnce(t *testing.T) {
 	const typeA, typeB = "test:periodic_a", "test:periodic_b"
 	schedule := map[string]func() *asynq.Task{
 		"@every 1s": func() *asynq.Task { return asynq.NewTask(typeA, nil, asynq.Queue(tasks.QueueDefault)) },
-		"@every 2s": func() *asynq.Task { return asynq.NewTask(typeB, nil, asynq.Queue(tasks.QueueLow)) },
+		// Unique, as the renewal sweep: the late scheduler's enqueue of a
+		// tick already run took its lock and kept it once (asynq), which
+		// skipped every later tick until the lock expired.
+		"@every 2s": func() *asynq.Task {
+			return asynq.NewTask(typeB, nil, asynq.Queue(tasks.QueueLow), asynq.Unique(time.Minute))
+		},
 	}
+	rdb := testenv.Redis(t)
 
 	var mu sync.Mutex
 	runs := map[string]int{} // task id → runs
@@ -77,7 +83,7 @@ func TestTwoSchedulersRunEachTickOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			now := func() time.Time { return time.Now().Add(skew) }
-			if err := worker.Periodic(ctx, client, schedule, now, log); err != nil {
+			if err := worker.Periodic(ctx, client, rdb, schedule, now, log); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -172,7 +178,7 @@ func TestPeriodicSkipsTicksWhileAUniqueTaskRuns(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
 	defer cancel()
-	if err := worker.Periodic(ctx, client, schedule, time.Now, log); err != nil {
+	if err := worker.Periodic(ctx, client, testenv.Redis(t), schedule, time.Now, log); err != nil {
 		t.Fatal(err)
 	}
 	pending, err := insp.ListPendingTasks(tasks.QueueLow)
