@@ -51,7 +51,9 @@ func run(ctx context.Context) error {
 	// Periodic jobs, one task per (job, tick) however many schedulers run
 	// (worker.Periodic); asynq's own Scheduler would enqueue each tick
 	// once per scheduler.
-	g.Go(func() error { return worker.Periodic(gctx, enq.Client, env.Redis, worker.Schedule(), time.Now, env.Log) })
+	g.Go(func() error {
+		return worker.Periodic(gctx, enq.Client, env.Redis, worker.Schedule(), time.Now, env.Log)
+	})
 	g.Go(func() error {
 		worker.Relay(gctx, env.Store, enq, time.Now, relayEvery, relayGrace, env.Log) // real time: rows carry their merchant's offset
 		return nil
