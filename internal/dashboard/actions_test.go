@@ -120,7 +120,8 @@ func (s *stack) subscription(merchantID string) string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	iv, _ := payments.UnitInterval(payments.Month, nil)
+	two := 2 // every 2 months: the pages show the count with the unit
+	iv, _ := payments.UnitInterval(payments.Month, &two)
 	start := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
 	card := "card_x"
 	sub := payments.Subscription{
@@ -145,8 +146,11 @@ func TestSubscriptionCancel(t *testing.T) {
 	id := s.subscription(m)
 	c := s.client()
 	c.mustSignIn(email)
-	if a := c.do("GET", "/dashboard/test/subscriptions", nil); a.status != http.StatusOK || !strings.Contains(a.body, id) || !strings.Contains(a.body, "$15.00") {
-		t.Errorf("subscriptions page: got %d, want %s at $15.00 listed", a.status, id)
+	if a := c.do("GET", "/dashboard/test/subscriptions", nil); a.status != http.StatusOK || !strings.Contains(a.body, id) || !strings.Contains(a.body, "$15.00 every 2 months") {
+		t.Errorf("subscriptions page: got %d, want %s at $15.00 every 2 months listed", a.status, id)
+	}
+	if a := c.do("GET", "/dashboard/test/subscriptions/"+id, nil); a.status != http.StatusOK || !strings.Contains(a.body, "$15.00 every 2 months × 1") {
+		t.Errorf("subscription page: got %d, want $15.00 every 2 months × 1", a.status)
 	}
 	tok := c.csrf("/dashboard/test/subscriptions/" + id)
 	post := func(path string, form url.Values) answer {

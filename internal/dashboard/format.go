@@ -256,6 +256,11 @@ var funcs = template.FuncMap{
 	"pair": func(v any, items any) map[string]any { return map[string]any{"V": v, "Items": items} },
 	"strs": func(v ...string) []string { return v },
 	"f1":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	// every is a price's period in words ("month", "30 days", "2 weeks"),
+	// as the customer's pages say it: the interval with its count.
+	"every": func(interval string, count int) string {
+		return payments.Interval{Name: interval, Count: count}.Phrase()
+	},
 }
 
 // parsePages parses each page with the layout: one template set per page,
