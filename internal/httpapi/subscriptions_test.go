@@ -540,6 +540,17 @@ func TestSubscriptionCancelResume(t *testing.T) {
 	if n := count("customer.subscription.deleted"); n != 1 {
 		t.Errorf("got %d deleted events, want 1", n)
 	}
+	// The two share their created time: newest first is .deleted, then
+	// .updated, in the order they were recorded (their ids break the tie).
+	var page struct {
+		Data []struct{ Type string } `json:"data"`
+	}
+	r = h.do("GET", "/v1/events?limit=2", s.key, nil)
+	wantOK(t, r)
+	r.data(t, &page)
+	if len(page.Data) != 2 || page.Data[0].Type != "customer.subscription.deleted" || page.Data[1].Type != "customer.subscription.updated" {
+		t.Errorf("newest events: got %+v, want .deleted then .updated", page.Data)
+	}
 	// Ended: every change is refused.
 	wantError(t, cancel(sub.ID, nil), 400, "validation_error")
 	wantError(t, cancel(sub.ID, map[string]any{"at_period_end": false}), 400, "validation_error")

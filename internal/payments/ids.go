@@ -2,9 +2,11 @@ package payments
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -22,8 +24,9 @@ func NewID(prefix string) string {
 // A timed id carries the time of the partition its row lives in (events,
 // webhook deliveries: internal/postgres partitions), so that a lookup by id
 // reads one partition: prefix, 12 hex digits of the Unix millisecond, then
-// random characters (idLen base62 in Go; 32 hex digits when PostgreSQL
-// mints a delivery's id, see internal/postgres insertEvents). Its body is
+// random characters (idLen base36 in Go, see timedIDs; base62 before
+// 2026-12-08; 32 hex digits when PostgreSQL mints a delivery's id, see
+// internal/postgres insertEvents). Its body is
 // longer than 32 characters, which no id minted before was.
 const timedLen = 12
 
@@ -34,7 +37,63 @@ func NewTimedID(prefix string, t time.Time) string {
 	if ms < 0 {
 		return NewID(prefix)
 	}
-	return prefix + fmt.Sprintf("%012x", ms) + randomBase62(idLen)
+	return prefix + fmt.Sprintf("%012x", ms) + timedIDs.next(ms)
+}
+
+// timedIDs makes the timed ids one process mints for one millisecond
+// increase in the order they are minted. Events written together share
+// their created_at (customer.subscription.updated, then .deleted, at one
+// now) and lists order such ties by id: with random ids the later event
+// came first half the time. The first id of a millisecond is random; each
+// next one is the last plus a random step of 1 to 2^63, so it stays
+// unguessable from the one before, as oklog/ulid's monotonic entropy does.
+// The digits are base36, lowercase (24 of them: about 124 bits): strings of
+// them sort by their number under any collation, C or en_US alike, where
+// base62's cases would not. An overflow (about 2^-61 likely) starts afresh.
+var timedIDs monotonic
+
+const base36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+type monotonic struct {
+	mu   sync.Mutex
+	ms   int64
+	last [idLen]byte // base36 digits, most significant first
+}
+
+func (m *monotonic) next(ms int64) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ms != m.ms || !m.step() {
+		r := randomDigits(base36, idLen)
+		for i := range m.last {
+			m.last[i] = byte(strings.IndexByte(base36, r[i]))
+		}
+		m.ms = ms
+	}
+	out := make([]byte, idLen)
+	for i, d := range m.last {
+		out[i] = base36[d]
+	}
+	return string(out)
+}
+
+// step adds a random 1..2^63 to last; false on overflow.
+func (m *monotonic) step() bool {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand: " + err.Error()) // never fails on Linux
+	}
+	carry := binary.BigEndian.Uint64(b[:])>>1 + 1
+	for i := idLen - 1; i >= 0 && carry > 0; i-- {
+		d := uint64(m.last[i]) + carry%36
+		carry /= 36
+		if d >= 36 {
+			d -= 36
+			carry++
+		}
+		m.last[i] = byte(d)
+	}
+	return carry == 0
 }
 
 // IDTime returns the millisecond a timed id carries, and false for ids
@@ -52,7 +111,14 @@ func IDTime(id string) (time.Time, bool) {
 }
 
 // randomBase62 returns n uniformly random base62 characters from crypto/rand.
-func randomBase62(n int) string {
+func randomBase62(n int) string { return randomDigits(base62, n) }
+
+// randomDigits returns n uniformly random characters of digits (at most
+// 256 of them) from crypto/rand.
+func randomDigits(digits string, n int) string {
+	// Bytes from the largest multiple of len(digits) up are rejected, so
+	// every character is equally likely (248 = 4×62, 252 = 7×36).
+	limit := 256 - 256%len(digits)
 	out := make([]byte, 0, n)
 	buf := make([]byte, n+n/2)
 	for len(out) < n {
@@ -60,9 +126,8 @@ func randomBase62(n int) string {
 			panic("crypto/rand: " + err.Error()) // never fails on Linux
 		}
 		for _, b := range buf {
-			// 248 = 4*62: rejecting larger bytes keeps every character equally likely.
-			if b < 248 && len(out) < n {
-				out = append(out, base62[b%62])
+			if int(b) < limit && len(out) < n {
+				out = append(out, digits[int(b)%len(digits)])
 			}
 		}
 	}
