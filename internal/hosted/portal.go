@@ -39,9 +39,12 @@ type portalView struct {
 	NextCharge, EndsOn, PeriodEnd     string
 	ReturnURL                         string
 	CanUpdateCard, CanCancel          bool
-	Notice, Error                     string
-	Form                              checkoutForm
-	Errs                              map[string]string
+	// Overdue: the period ended unpaid (past_due or unpaid, billed here),
+	// so canceling ends the subscription at once (Subscription.Cancel).
+	Overdue       bool
+	Notice, Error string
+	Form          checkoutForm
+	Errs          map[string]string
 }
 
 // statusLabels are what a customer reads for each subscription status.
@@ -79,10 +82,15 @@ func (p *Pages) portalView(c *gin.Context, v payments.PortalView, nonce string) 
 		pv.Card = fmt.Sprintf("%s •••• %s", brandName(v.Card.Brand), v.Card.Last4)
 	}
 	ended := sub.Ended()
+	pv.Overdue = !ended && sub.ProcessorID == "" && (sub.Status == payments.SubPastDue || sub.Status == payments.SubUnpaid) &&
+		!p.svc.Now(c.Request.Context(), v.Session.Scope).Before(sub.CurrentPeriodEnd)
 	switch {
 	case ended:
 	case sub.CancelAtPeriodEnd:
 		pv.EndsOn = day(sub.CurrentPeriodEnd)
+	case sub.Status == payments.SubUnpaid:
+		// No more attempts: nothing is charged until the card is updated.
+		pv.NextCharge = "None until the card is updated"
 	case sub.Status != payments.SubIncomplete:
 		// Renewals (and a trial's first charge) come at the period's end;
 		// a past_due subscription's open charge is retried before that.

@@ -368,6 +368,11 @@ func TestPortalCardRetriesPastDue(t *testing.T) {
 	if !strings.Contains(page.body, "Past due") {
 		t.Errorf("the page does not say past due: %s", page.body)
 	}
+	// Its period ended unpaid: canceling ends it now, not at a past date.
+	if !strings.Contains(page.body, "has not been paid, so it ends at once") || !strings.Contains(page.body, "Cancel now") ||
+		strings.Contains(page.body, "stays active until") {
+		t.Errorf("the overdue subscription's cancel box: %s", page.body)
+	}
 	p = fetch(t, client, "POST", ps.URL+"/card", url.Values{"form_token": {formToken(t, page.body)},
 		"card_number": {"4242424242424242"}, "exp_month": {"12"}, "exp_year": {year}, "cvc": {"123"}})
 	if p.status != http.StatusSeeOther || !strings.HasSuffix(p.header.Get("Location"), "?done=retried") {
