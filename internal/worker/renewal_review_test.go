@@ -66,6 +66,15 @@ func (e *renewalEnv) dieAfterCall(t *testing.T, chargeID, card string, amount in
 	return out
 }
 
+// decliningFromJune is a monthly subscription of one seat at 1500 from
+// 2027-06-01 on a card that declines every charge, the clock a minute in.
+func (e *renewalEnv) decliningFromJune(t *testing.T) payments.Subscription {
+	t.Helper()
+	start := utc(t, "2027-06-01T00:00:00Z")
+	e.clockTo(t, start.Add(time.Minute))
+	return e.subscribe(t, monthly(t), start, 1, payments.CardDeclines, 0)
+}
+
 // A seat change made after the sweep wrote the next period's charge (at the
 // old quantity) is prorated over that period, the one in use.
 func TestQuantityChangeWhileRenewalIsCharged(t *testing.T) {
@@ -107,9 +116,7 @@ func TestQuantityChangeWhilePastDue(t *testing.T) {
 	t.Parallel()
 	e := newRenewalEnv(t)
 	ctx := context.Background()
-	start := utc(t, "2027-06-01T00:00:00Z")
-	e.clockTo(t, start.Add(time.Minute))
-	s := e.subscribe(t, monthly(t), start, 1, payments.CardDeclines, 0)
+	s := e.decliningFromJune(t)
 	if a := e.advance(t, 30*24*time.Hour); a.RenewalFailures != 1 || e.sub(t, s.ID).Status != payments.SubPastDue {
 		t.Fatalf("Jul 1: got %+v, want past_due", a)
 	}
@@ -177,9 +184,7 @@ func TestPortalRetryAfterCrashChargesTheNewCard(t *testing.T) {
 	t.Parallel()
 	e := newRenewalEnv(t)
 	ctx := context.Background()
-	start := utc(t, "2027-06-01T00:00:00Z")
-	e.clockTo(t, start.Add(time.Minute))
-	s := e.subscribe(t, monthly(t), start, 1, payments.CardDeclines, 0)
+	s := e.decliningFromJune(t)
 	e.advance(t, 30*24*time.Hour) // first attempt declined: past_due
 	ids := e.charges(t, s.ID)
 	if len(ids) != 1 {
@@ -209,9 +214,7 @@ func TestCancelAtPeriodEndOfUnpaid(t *testing.T) {
 	t.Parallel()
 	e := newRenewalEnv(t)
 	ctx := context.Background()
-	start := utc(t, "2027-06-01T00:00:00Z")
-	e.clockTo(t, start.Add(time.Minute))
-	s := e.subscribe(t, monthly(t), start, 1, payments.CardDeclines, 0)
+	s := e.decliningFromJune(t)
 	for _, d := range []time.Duration{30, 2, 5, 7} {
 		e.advance(t, d*24*time.Hour)
 	}
