@@ -426,7 +426,7 @@ var documentedRefusals = []string{
 	"is required unless preview is given",    // changeSubscriptionQuantity: quantity or preview
 	"is not a preview of this subscription",  // changeSubscriptionQuantity: an sqp_ of this subscription
 	"is not an item of this subscription",    // …Quantity: item_id names one of the subscription's items
-	"must lie in the current period",         // …Quantity: proration_date within the period, not in the future
+	"must lie in the period being billed",    // …Quantity: proration_date within the period, not in the future
 }
 
 // validationCodes are the codes that say a request broke a rule.

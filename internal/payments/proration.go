@@ -179,7 +179,7 @@ func (s Subscription) PreviewQuantity(req QuantityRequest, now time.Time) (Quant
 	if req.ProrationDate != nil {
 		at = req.ProrationDate.Truncate(time.Second)
 		if at.Before(period.Start.Truncate(time.Second)) || !at.Before(period.End) || at.After(now) {
-			return QuantityChange{}, Invalid("proration_date", "must lie in the current period and not in the future")
+			return QuantityChange{}, Invalid("proration_date", "must lie in the period being billed (the current one, or the next once its renewal charge is written) and not in the future")
 		}
 	}
 	qc := QuantityChange{
