@@ -39,8 +39,8 @@ type portalView struct {
 	NextCharge, EndsOn, PeriodEnd     string
 	ReturnURL                         string
 	CanUpdateCard, CanCancel          bool
-	// Overdue: the period ended unpaid (past_due or unpaid, billed here),
-	// so canceling ends the subscription at once (Subscription.Cancel).
+	// Overdue: the period ended unpaid (Subscription.PeriodOver), so
+	// canceling ends the subscription at once.
 	Overdue       bool
 	Notice, Error string
 	Form          checkoutForm
@@ -82,8 +82,7 @@ func (p *Pages) portalView(c *gin.Context, v payments.PortalView, nonce string) 
 		pv.Card = fmt.Sprintf("%s •••• %s", brandName(v.Card.Brand), v.Card.Last4)
 	}
 	ended := sub.Ended()
-	pv.Overdue = !ended && sub.ProcessorID == "" && (sub.Status == payments.SubPastDue || sub.Status == payments.SubUnpaid) &&
-		!p.svc.Now(c.Request.Context(), v.Session.Scope).Before(sub.CurrentPeriodEnd)
+	pv.Overdue = !ended && sub.PeriodOver(p.svc.Now(c.Request.Context(), v.Session.Scope))
 	switch {
 	case ended:
 	case sub.CancelAtPeriodEnd:

@@ -1,7 +1,5 @@
 package payments
 
-import "fmt"
-
 // Fee rates of the spec in basis points: 4.9% on Free and Brand, 4.2% on Pro.
 var feeRateBps = map[Plan]int64{PlanFree: 490, PlanBrand: 490, PlanPro: 420}
 
@@ -31,11 +29,7 @@ func fixedFeeMinor(currency string) int64 {
 // Fee is the transaction fee on a charge of amount (minor units) in currency
 // for a merchant on plan: round-half-up(amount × rate) + fixed.
 func Fee(plan Plan, currency string, amount int64) int64 {
-	bps, ok := feeRateBps[plan]
-	if !ok {
-		panic(fmt.Sprintf("fee: unknown plan %q", plan)) // plans are checked at merchant creation
-	}
-	return (amount*bps+5000)/10000 + fixedFeeMinor(currency)
+	return InvoiceFee(plan, amount) + fixedFeeMinor(currency)
 }
 
 // GrossUp returns the smallest total a customer pays so that the merchant

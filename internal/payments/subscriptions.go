@@ -176,7 +176,7 @@ func (s *Subscription) Cancel(atPeriodEnd bool, now time.Time) (changed bool, er
 	if s.Ended() {
 		return false, notAllowed("The subscription has already ended (%s).", s.Status)
 	}
-	if atPeriodEnd && s.ProcessorID == "" && !now.Before(s.CurrentPeriodEnd) {
+	if atPeriodEnd && s.PeriodOver(now) {
 		atPeriodEnd = false
 	}
 	if !atPeriodEnd {
@@ -192,6 +192,14 @@ func (s *Subscription) Cancel(atPeriodEnd bool, now time.Time) (changed bool, er
 	}
 	s.CancelAtPeriodEnd = true
 	return true, nil
+}
+
+// PeriodOver reports whether the current period of a subscription this
+// service bills has ended at now without the next one paid (past_due,
+// unpaid, or a renewal under way): a cancellation at period end then takes
+// effect at once (Cancel).
+func (s Subscription) PeriodOver(now time.Time) bool {
+	return s.ProcessorID == "" && !now.Before(s.CurrentPeriodEnd)
 }
 
 // Resume clears a scheduled cancellation of a subscription that has not
